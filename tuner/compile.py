@@ -1,0 +1,176 @@
+"""Content-addressed compile cache and a parallel builder.
+
+Key: the variant id, which already hashes the rendered source, every flag (the target arch
+among them) and the compiler's identity. Layout: ``<root>/<key[:2]>/<key>/`` holding the
+artifact, ``source`` and ``log``; a failed compile holds ``failed`` instead of the artifact, so a
+known-broken variant is not compiled again (timeouts are not cached: they may pass next time).
+
+Concurrent workers are safe: each compile writes into a private temporary folder under the
+root and renames it into place; whoever renames second discards its copy. Eviction removes
+least recently used entries (by the mtime ``lookup`` refreshes) beyond ``max_bytes``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner.types import CompileResult, Variant
+
+__all__ = ["CompileCache", "CachedBuild", "build_variants", "ArgvFactory"]
+
+log = logging.getLogger(__name__)
+
+#: (source path, output path, flags) -> argv of the compiler (never run through a shell)
+ArgvFactory = Callable[[Path, Path, Sequence[str]], list[str]]
+
+
+@dataclass(frozen=True)
+class CachedBuild:
+    ok: bool
+    artifact: Path | None
+    log: str
+
+
+class CompileCache:
+    def __init__(self, root: str | os.PathLike[str], max_bytes: int = 2 << 30,
+                 artifact_name: str = "kernel") -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.artifact_name = artifact_name
+
+    def entry(self, key: str) -> Path:
+        return self.root / key[:2] / key
+
+    def lookup(self, key: str) -> CachedBuild | None:
+        entry = self.entry(key)
+        if not entry.is_dir():
+            return None
+        now = time.time()
+        os.utime(entry, (now, now))  # LRU clock
+        log_text = _read(entry / "log")
+        artifact = entry / self.artifact_name
+        if artifact.exists():
+            return CachedBuild(True, artifact, log_text)
+        if (entry / "failed").exists():
+            return CachedBuild(False, None, log_text)
+        return None
+
+    def staging_dir(self) -> Path:
+        staging = self.root / "tmp"
+        staging.mkdir(exist_ok=True)
+        return Path(tempfile.mkdtemp(dir=staging))
+
+    def publish(self, key: str, staged: Path) -> Path:
+        """Move a staged folder into place; a concurrent writer's copy wins if it was first."""
+        entry = self.entry(key)
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(staged, entry)
+        except OSError:  # already published by someone else
+            shutil.rmtree(staged, ignore_errors=True)
+        return entry
+
+    def size_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file())
+
+    def evict(self) -> int:
+        """Drop least recently used entries until the cache fits; returns entries removed."""
+        entries = [p for p in self.root.glob("??/*") if p.is_dir()]
+        sizes = {p: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for p in entries}
+        total = sum(sizes.values())
+        removed = 0
+        for entry in sorted(entries, key=lambda p: p.stat().st_mtime):
+            if total <= self.max_bytes:
+                break
+            shutil.rmtree(entry, ignore_errors=True)
+            total -= sizes[entry]
+            removed += 1
+        return removed
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _compile_one(
+    cache: CompileCache, variant: Variant, make_argv: ArgvFactory, source_name: str,
+    timeout_s: float, env: dict[str, str] | None,
+) -> CompileResult:
+    started = time.monotonic()
+    staged = cache.staging_dir()
+    source = staged / source_name
+    source.write_text(variant.source)
+    artifact = staged / cache.artifact_name
+    argv = make_argv(source, artifact, variant.flags)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
+                              cwd=staged, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(staged, ignore_errors=True)
+        return CompileResult(variant.id, False, None, time.monotonic() - started, False,
+                             f"compile timed out after {timeout_s:.0f} s", timed_out=True)
+    except OSError as exc:  # compiler missing: an infrastructure failure, reported per variant
+        shutil.rmtree(staged, ignore_errors=True)
+        return CompileResult(variant.id, False, None, time.monotonic() - started, False, str(exc))
+    text = f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}"
+    (staged / "log").write_text(text)
+    ok = proc.returncode == 0 and artifact.exists()
+    if not ok:
+        artifact.unlink(missing_ok=True)
+        (staged / "failed").write_text(str(proc.returncode))
+    entry = cache.publish(variant.id, staged)
+    final = cache.lookup(variant.id)
+    seconds = time.monotonic() - started
+    if final is None:  # should not happen; treat as failure rather than crash
+        return CompileResult(variant.id, False, None, seconds, False, text)
+    log.debug("compiled %s in %.1fs -> %s", variant.name, seconds, entry)
+    return CompileResult(variant.id, final.ok, str(final.artifact) if final.artifact else None,
+                         seconds, False, final.log)
+
+
+def build_variants(
+    cache: CompileCache,
+    variants: Sequence[Variant],
+    make_argv: ArgvFactory,
+    *,
+    source_name: str,
+    workers: int,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+) -> dict[str, CompileResult]:
+    """Compile what the cache lacks, ``workers`` compilers at a time."""
+    results: dict[str, CompileResult] = {}
+    todo: dict[str, Variant] = {}
+    for variant in variants:
+        hit = cache.lookup(variant.id)
+        if hit is not None:
+            results[variant.id] = CompileResult(
+                variant.id, hit.ok, str(hit.artifact) if hit.artifact else None, 0.0, True, hit.log
+            )
+        else:
+            todo.setdefault(variant.id, variant)
+    if todo:
+        # threads suffice: each one waits on a compiler process, which does the work
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            futures = [
+                pool.submit(_compile_one, cache, v, make_argv, source_name, timeout_s, env)
+                for v in todo.values()
+            ]
+            for future in futures:
+                result = future.result()
+                results[result.variant_id] = result
+        cache.evict()
+    return results

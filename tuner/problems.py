@@ -1,0 +1,223 @@
+"""Typed problems: one frozen dataclass per op, with the dims that define a shape.
+
+Dims are validated here once (positive ints under a documented limit), so that everything
+downstream (templates, keys, the database) only ever sees validated values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, get_args
+
+from tuner.errors import InvalidRequestError
+
+__all__ = [
+    "Op",
+    "DType",
+    "ReduceKind",
+    "OPS",
+    "DTYPES",
+    "LAYOUTS",
+    "MAX_DIM",
+    "MAX_ELEMENTS",
+    "Problem",
+    "GemmProblem",
+    "Conv2dProblem",
+    "ReduceProblem",
+    "SoftmaxProblem",
+    "problem_from_dict",
+    "PROBLEM_TYPES",
+]
+
+Op = Literal["gemm", "conv2d", "reduce", "softmax"]
+DType = Literal["f16", "bf16", "f32"]
+ReduceKind = Literal["sum", "max", "mean"]
+OPS: tuple[str, ...] = get_args(Op)
+DTYPES: tuple[str, ...] = get_args(DType)
+#: layouts per op; the first one is the default
+LAYOUTS: dict[str, tuple[str, ...]] = {
+    "gemm": ("rcr", "rrr", "crr", "ccr"),
+    "conv2d": ("nhwc",),
+    "reduce": ("row",),
+    "softmax": ("row",),
+}
+#: no single dim may exceed this (2^24): keeps int32 index math in kernels safe per dim
+MAX_DIM = 1 << 24
+#: no operand may hold more elements than this (2^31 - 1): kernels index with int64 above it
+MAX_ELEMENTS = (1 << 31) - 1
+
+
+def _check_dim(name: str, value: Any, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequestError(name, f"must be an integer, got {value!r}")
+    if value < minimum:
+        raise InvalidRequestError(name, f"must be >= {minimum}, got {value}")
+    if value > MAX_DIM:
+        raise InvalidRequestError(name, f"must be <= {MAX_DIM}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Base of the per-op problems. ``key()`` is the canonical text the database indexes."""
+
+    op: ClassVar[str]
+    #: names of the int dims, in canonical order
+    dim_names: ClassVar[tuple[str, ...]]
+
+    def __post_init__(self) -> None:
+        for name in self.dim_names:
+            _check_dim(name, getattr(self, name), minimum=self._minimum(name))
+        for name, count in self.operand_sizes().items():
+            if count > MAX_ELEMENTS:
+                raise InvalidRequestError(
+                    name, f"holds {count} elements, over the limit of {MAX_ELEMENTS}"
+                )
+
+    @staticmethod
+    def _minimum(name: str) -> int:
+        return 1
+
+    def dims(self) -> dict[str, Any]:
+        """Every field, ints and enums, in canonical order."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def int_dims(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.dim_names}
+
+    def key(self) -> str:
+        """Canonical text of the problem, e.g. ``m=128,n=4096,k=4096``."""
+        return ",".join(f"{k}={v}" for k, v in self.dims().items())
+
+    def operand_sizes(self) -> dict[str, int]:
+        """Elements per operand, for limits and bandwidth figures."""
+        raise NotImplementedError
+
+    def flops(self) -> float:
+        """Useful floating-point operations (0 for memory-bound ops)."""
+        return 0.0
+
+    def bytes_moved(self, element_size: int) -> float:
+        """Minimal bytes read plus written, for a bandwidth figure."""
+        return float(sum(self.operand_sizes().values()) * element_size)
+
+
+@dataclass(frozen=True)
+class GemmProblem(Problem):
+    """C[m, n] = A[m, k] @ B[k, n]."""
+
+    op: ClassVar[str] = "gemm"
+    dim_names: ClassVar[tuple[str, ...]] = ("m", "n", "k")
+    m: int
+    n: int
+    k: int
+
+    def operand_sizes(self) -> dict[str, int]:
+        return {"a": self.m * self.k, "b": self.k * self.n, "c": self.m * self.n}
+
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class Conv2dProblem(Problem):
+    """Forward convolution, NHWC input [n,h,w,c], KRSC filter [k,r,s,c], NPQK output."""
+
+    op: ClassVar[str] = "conv2d"
+    dim_names: ClassVar[tuple[str, ...]] = (
+        "n", "h", "w", "c", "k", "r", "s", "stride", "pad", "dilation",
+    )
+    n: int
+    h: int
+    w: int
+    c: int
+    k: int
+    r: int
+    s: int
+    stride: int = 1
+    pad: int = 0
+    dilation: int = 1
+
+    @staticmethod
+    def _minimum(name: str) -> int:
+        return 0 if name == "pad" else 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.p < 1 or self.q < 1:
+            raise InvalidRequestError(
+                "r", "filter (with dilation) is larger than the padded input: empty output"
+            )
+
+    @property
+    def p(self) -> int:
+        return (self.h + 2 * self.pad - self.dilation * (self.r - 1) - 1) // self.stride + 1
+
+    @property
+    def q(self) -> int:
+        return (self.w + 2 * self.pad - self.dilation * (self.s - 1) - 1) // self.stride + 1
+
+    def operand_sizes(self) -> dict[str, int]:
+        # p/q may be <1 before validation finishes; clamp so the size check runs first
+        p, q = max(self.p, 0), max(self.q, 0)
+        return {
+            "x": self.n * self.h * self.w * self.c,
+            "w": self.k * self.r * self.s * self.c,
+            "y": self.n * p * q * self.k,
+        }
+
+    def flops(self) -> float:
+        return 2.0 * self.n * self.p * self.q * self.k * self.r * self.s * self.c
+
+
+@dataclass(frozen=True)
+class ReduceProblem(Problem):
+    """y[m] = reduce(x[m, k]) over the last dim; ``kind`` is sum, max or mean."""
+
+    op: ClassVar[str] = "reduce"
+    dim_names: ClassVar[tuple[str, ...]] = ("m", "k")
+    m: int
+    k: int
+    kind: str = "sum"
+
+    def __post_init__(self) -> None:
+        if self.kind not in get_args(ReduceKind):
+            raise InvalidRequestError("kind", f"must be one of {get_args(ReduceKind)}")
+        super().__post_init__()
+
+    def operand_sizes(self) -> dict[str, int]:
+        return {"x": self.m * self.k, "y": self.m}
+
+
+@dataclass(frozen=True)
+class SoftmaxProblem(Problem):
+    """y[m, k] = softmax(x[m, k]) over the last dim."""
+
+    op: ClassVar[str] = "softmax"
+    dim_names: ClassVar[tuple[str, ...]] = ("m", "k")
+    m: int
+    k: int
+
+    def operand_sizes(self) -> dict[str, int]:
+        return {"x": self.m * self.k, "y": self.m * self.k}
+
+
+PROBLEM_TYPES: dict[str, type[Problem]] = {
+    cls.op: cls for cls in (GemmProblem, Conv2dProblem, ReduceProblem, SoftmaxProblem)
+}
+
+
+def problem_from_dict(op: str, fields: dict[str, Any]) -> Problem:
+    """Build the problem of ``op`` from a plain dict; unknown or missing fields are errors."""
+    cls = PROBLEM_TYPES.get(op)
+    if cls is None:
+        raise InvalidRequestError("op", f"unknown op {op!r}; one of {OPS}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    extra = sorted(set(fields) - known)
+    if extra:
+        raise InvalidRequestError(extra[0], f"unknown field for op {op}")
+    try:
+        return cls(**fields)
+    except TypeError as exc:  # a missing required dim
+        raise InvalidRequestError("problems", str(exc)) from None

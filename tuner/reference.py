@@ -1,0 +1,140 @@
+"""Random inputs, numpy references and per-dtype tolerances for every op.
+
+Every backend verifies a variant's output against these before its timing counts. Storage
+types: f32 -> float32, f16 -> float16, bf16 -> uint16 holding the upper half of a float32.
+References compute in float32 (float64 for long reductions) from the stored (rounded) inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tuner.problems import Conv2dProblem, GemmProblem, Problem, ReduceProblem, SoftmaxProblem
+
+__all__ = [
+    "STORAGE",
+    "ELEMENT_SIZE",
+    "to_storage",
+    "from_storage",
+    "make_inputs",
+    "reference",
+    "Verdict",
+    "verify",
+]
+
+STORAGE: dict[str, np.dtype] = {
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(np.uint16),
+}
+ELEMENT_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
+# (relative, absolute) tolerances of the output, per output storage dtype
+_TOLERANCE = {"f32": (1e-4, 1e-4), "f16": (1e-2, 1e-2), "bf16": (2e-2, 2e-2)}
+
+
+def to_storage(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float array -> storage array of ``dtype`` (bf16 rounds to nearest even)."""
+    if dtype == "bf16":
+        bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+        rounded = bits + 0x7FFF + ((bits >> 16) & 1)
+        return (rounded >> 16).astype(np.uint16)
+    return np.ascontiguousarray(values, dtype=STORAGE[dtype])
+
+
+def from_storage(values: np.ndarray, dtype: str) -> np.ndarray:
+    """storage array -> float32 array."""
+    if dtype == "bf16":
+        return (values.astype(np.uint32) << 16).view(np.float32)
+    return values.astype(np.float32)
+
+
+def make_inputs(
+    problem: Problem, dtype: str, layout: str, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    """Random (never zero-filled) inputs in storage dtype, laid out as the kernel reads them."""
+
+    def uniform(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return to_storage(rng.uniform(-scale, scale, size=shape).astype(np.float32), dtype)
+
+    if isinstance(problem, GemmProblem):
+        m, n, k = problem.m, problem.n, problem.k
+        a = uniform(m, k) if layout[0] == "r" else uniform(k, m)
+        b = uniform(k, n) if layout[1] == "r" else uniform(n, k)
+        return {"a": a, "b": b}
+    if isinstance(problem, Conv2dProblem):
+        p = problem
+        return {"x": uniform(p.n, p.h, p.w, p.c), "w": uniform(p.k, p.r, p.s, p.c)}
+    if isinstance(problem, ReduceProblem | SoftmaxProblem):
+        return {"x": uniform(problem.m, problem.k, scale=4.0)}
+    raise TypeError(f"no inputs for {type(problem).__name__}")
+
+
+def reference(
+    problem: Problem, dtype: str, layout: str, inputs: dict[str, np.ndarray]
+) -> np.ndarray:
+    """The expected output as float32 (C row-major, y NPQK, y[m] or y[m, k])."""
+    if isinstance(problem, GemmProblem):
+        a = from_storage(inputs["a"], dtype)
+        b = from_storage(inputs["b"], dtype)
+        a = a if layout[0] == "r" else a.T
+        b = b if layout[1] == "r" else b.T
+        return a @ b
+    if isinstance(problem, Conv2dProblem):
+        return _conv2d_nhwc(problem, from_storage(inputs["x"], dtype), from_storage(inputs["w"], dtype))
+    if isinstance(problem, ReduceProblem):
+        x = from_storage(inputs["x"], dtype).astype(np.float64)
+        if problem.kind == "max":
+            return x.max(axis=1).astype(np.float32)
+        total = x.sum(axis=1)
+        return (total / problem.k if problem.kind == "mean" else total).astype(np.float32)
+    if isinstance(problem, SoftmaxProblem):
+        x = from_storage(inputs["x"], dtype)
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+    raise TypeError(f"no reference for {type(problem).__name__}")
+
+
+def _conv2d_nhwc(p: Conv2dProblem, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    xp = np.pad(x, ((0, 0), (p.pad, p.pad), (p.pad, p.pad), (0, 0)))
+    y = np.zeros((p.n, p.p, p.q, p.k), dtype=np.float32)
+    for r in range(p.r):
+        for s in range(p.s):
+            h0, w0 = r * p.dilation, s * p.dilation
+            patch = xp[:, h0 : h0 + p.stride * p.p : p.stride, w0 : w0 + p.stride * p.q : p.stride, :]
+            y += patch @ w[:, r, s, :].T
+    return y
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    max_abs_error: float
+    message: str
+
+
+def verify(output: np.ndarray, expected: np.ndarray, dtype: str, reduction_len: int = 1) -> Verdict:
+    """Compare a kernel's output (storage dtype) with the float32 reference.
+
+    The tolerance grows with sqrt(reduction length): fp accumulation error of a correct kernel
+    grows that way, a wrong kernel's error does not stay that small.
+    """
+    got = from_storage(np.asarray(output), dtype).reshape(expected.shape)
+    if not np.all(np.isfinite(got)):
+        bad = int(np.count_nonzero(~np.isfinite(got)))
+        return Verdict(False, float("inf"), f"{bad} non-finite outputs (poison left or overflow)")
+    rtol, atol = _TOLERANCE[dtype]
+    scale = max(1.0, float(np.sqrt(reduction_len)) / 8.0)
+    err = np.abs(got - expected)
+    limit = (atol + rtol * np.abs(expected)) * scale
+    worst = float(err.max()) if err.size else 0.0
+    if np.all(err <= limit):
+        return Verdict(True, worst, "ok")
+    where = np.unravel_index(int(np.argmax(err - limit)), err.shape)
+    return Verdict(
+        False,
+        worst,
+        f"max |error| {worst:.3g} at {tuple(int(i) for i in where)}: "
+        f"got {float(got[where]):.6g}, expected {float(expected[where]):.6g}",
+    )

@@ -1,0 +1,54 @@
+"""Names -> implementations, imported lazily so a CPU-only host never imports CUDA code."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from tuner.errors import InvalidRequestError
+
+__all__ = ["SPACES", "BACKENDS", "STRATEGIES", "load_space", "load_backend_class", "load_strategy_class"]
+
+SPACES: dict[tuple[str, str], str] = {
+    ("reduce", "cpu"): "tuner.spaces.cpu_reduce:CpuReduceSpace",
+    ("softmax", "cpu"): "tuner.spaces.cpu_softmax:CpuSoftmaxSpace",
+    ("gemm", "cpu"): "tuner.spaces.cpu_gemm:CpuGemmSpace",
+    ("conv2d", "cpu"): "tuner.spaces.cpu_conv2d:CpuConv2dSpace",
+    ("reduce", "cuda"): "tuner.spaces.cuda_reduce:CudaReduceSpace",
+    ("softmax", "cuda"): "tuner.spaces.cuda_softmax:CudaSoftmaxSpace",
+    ("gemm", "cuda"): "tuner.spaces.cuda_gemm:CudaGemmSpace",
+    ("conv2d", "cuda"): "tuner.spaces.cuda_conv2d:CudaConv2dSpace",
+}
+BACKENDS: dict[str, str] = {
+    "cpu": "tuner.backends.cpu:CpuBackend",
+    "cuda": "tuner.backends.cuda:CudaBackend",
+}
+STRATEGIES: dict[str, str] = {
+    "exhaustive": "tuner.strategies.exhaustive:ExhaustiveStrategy",
+    "random": "tuner.strategies.random_search:RandomStrategy",
+    "tpe": "tuner.strategies.tpe:TpeStrategy",
+}
+
+
+def _load(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def load_space(op: str, backend: str) -> Any:
+    path = SPACES.get((op, backend))
+    if path is None:
+        raise InvalidRequestError("op", f"no {backend} variant space for op {op!r}")
+    return _load(path)()
+
+
+def load_backend_class(name: str) -> Any:
+    if name not in BACKENDS:
+        raise InvalidRequestError("device.backend", f"unknown backend {name!r}; one of {sorted(BACKENDS)}")
+    return _load(BACKENDS[name])
+
+
+def load_strategy_class(name: str) -> Any:
+    if name not in STRATEGIES:
+        raise InvalidRequestError("strategy", f"unknown strategy {name!r}; one of {sorted(STRATEGIES)}")
+    return _load(STRATEGIES[name])

@@ -1,0 +1,68 @@
+"""Render kernel templates with Jinja2 and give each rendering its content id."""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from tuner.spaces.base import Params, VariantSpace
+from tuner.types import Variant
+
+__all__ = ["TEMPLATES_DIR", "template_environment", "template_version", "render_variant"]
+
+#: kernel_templates/ beside the packages (the repo root in a checkout or editable install)
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "kernel_templates"
+
+
+@lru_cache(maxsize=4)
+def template_environment(root: str = str(TEMPLATES_DIR)) -> jinja2.Environment:
+    # StrictUndefined: a template that names a value we did not pass fails loudly;
+    # no autoescape: the output is C++, and only validated ints/enums are passed in.
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(root),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def template_version(template: str, root: str = str(TEMPLATES_DIR)) -> str:
+    """Short hash of a template and the files it includes from its folder (``_*.j2``)."""
+    path = Path(root) / template
+    digest = hashlib.sha256(path.read_bytes())
+    for helper in sorted(path.parent.glob("_*")):
+        digest.update(helper.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def render_variant(
+    space: VariantSpace,
+    params: Params,
+    dtype: str,
+    layout: str,
+    arch: str,
+    base_flags: tuple[str, ...],
+    compiler_identity: str,
+    root: str = str(TEMPLATES_DIR),
+) -> Variant:
+    """Render one variant; its id is sha256(source, flags, compiler identity)."""
+    source = template_environment(root).get_template(space.template).render(
+        **space.render_context(params, dtype, layout)
+    )
+    flags = tuple(base_flags) + tuple(space.flags(params, arch))
+    digest = hashlib.sha256()
+    for part in (source, "\0".join(flags), compiler_identity):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return Variant(
+        op=space.op,
+        name=space.name(params, dtype, layout),
+        params=dict(params),
+        source=source,
+        flags=flags,
+        id=digest.hexdigest(),
+    )

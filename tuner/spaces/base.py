@@ -1,0 +1,48 @@
+"""The variant space of one (op, backend): parameters as data, constraints that prune.
+
+A space enumerates parameter dicts for an arch independent of the problem shape, because one
+compiled variant serves every shape (dims are runtime arguments of the kernel). ``prune`` then
+rules out, per problem, what cannot run or cannot be correct there (alignment, divisibility,
+shared memory), with a reason a user can read.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Any
+
+from tuner.problems import Problem
+
+__all__ = ["VariantSpace", "Params"]
+
+Params = dict[str, Any]
+
+
+class VariantSpace(ABC):
+    """Subclass per (op, backend). Only validated ints and enums reach the template."""
+
+    op: str
+    backend: str
+    #: template path relative to kernel_templates/, e.g. "cpu/reduce.cpp.j2"
+    template: str
+
+    @abstractmethod
+    def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
+        """Every parameter dict legal on ``arch`` for this dtype/layout, in a stable order."""
+
+    def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
+        """Why ``params`` cannot run ``problem`` (None when it can)."""
+        return None
+
+    @abstractmethod
+    def name(self, params: Params, dtype: str, layout: str) -> str:
+        """Readable procedural name, e.g. ``gemm_f16_rcr_128x256x64_c2x1_coop``."""
+
+    def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
+        """Values handed to the template (defaults to the params plus dtype and layout)."""
+        return {**params, "dtype": dtype, "layout": layout}
+
+    def flags(self, params: Params, arch: str) -> tuple[str, ...]:
+        """Extra compiler flags of this variant (beyond the backend's base flags)."""
+        return ()

@@ -1,0 +1,30 @@
+"""Search strategies: an ask/tell interface over the indices of the pruned candidate list.
+
+The engine asks for a batch (as many as it can compile in parallel), measures it and tells the
+strategy each candidate's score (median microseconds, lower is better; ``None`` when the
+candidate failed). Budgets are enforced by the engine, not by strategies.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from tuner.spaces.base import Params
+
+__all__ = ["Strategy"]
+
+
+class Strategy(ABC):
+    name: str
+
+    def __init__(self, candidates: Sequence[Params], seed: int = 0) -> None:
+        self.candidates = list(candidates)
+        self.seed = seed
+
+    @abstractmethod
+    def ask(self, n: int) -> list[int]:
+        """Up to ``n`` candidate indices not asked before; empty when the search is over."""
+
+    def tell(self, index: int, score: float | None) -> None:  # noqa: B027 - optional hook
+        """Report the measured score of a candidate (``None``: it failed)."""

@@ -1,0 +1,204 @@
+"""Typed values that cross the engine's boundary: requests in, results out.
+
+The service builds a :class:`TuneRequest`, the engine returns one :class:`ProblemResult` per
+problem. Nothing here touches the database or the network.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.problems import Problem
+
+__all__ = [
+    "Outcome",
+    "Budget",
+    "EngineConfig",
+    "TuneRequest",
+    "DeviceInfo",
+    "Toolchain",
+    "Variant",
+    "CompileResult",
+    "Timing",
+    "BenchResult",
+    "ProblemResult",
+]
+
+
+class Outcome(str, enum.Enum):
+    """What happened to one variant on one problem. Only ``ok`` may win."""
+
+    OK = "ok"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    WRONG_RESULT = "wrong_result"
+    #: timing stopped early: clearly slower than the best so far (its partial time is kept)
+    ABORTED_SLOW = "aborted_slow"
+    #: the space's constraints rule it out for this problem (never compiled)
+    PRUNED = "pruned"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one problem's search; ``None`` means no limit."""
+
+    max_variants: int | None = None
+    max_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything the engine needs from its host; built from the service's settings.
+
+    The engine never reads the environment: whoever calls it decides these.
+    """
+
+    cache_dir: str
+    #: parallel compiles; 0 means one per core
+    compile_workers: int = 0
+    compile_timeout_s: float = 120.0
+    #: one variant's run (verify + time) may take this long before it counts as a hang
+    run_timeout_s: float = 60.0
+    #: measurement time per variant (after warm-up)
+    bench_seconds: float = 0.2
+    warmup_seconds: float = 0.05
+    min_reps: int = 5
+    max_reps: int = 10_000
+    #: relative band inside which two medians are a tie (broken by variant name)
+    tie_band: float = 0.02
+    #: stop timing a candidate early once its median is this many times the best so far
+    abort_slower_than: float = 3.0
+    #: compile cache size bound in bytes (least recently used artifacts are evicted)
+    cache_max_bytes: int = 2 << 30
+    #: extra include dirs for templates that need them (CUTLASS headers)
+    include_dirs: tuple[str, ...] = ()
+    #: CUDA: which GPU (index as CUDA_VISIBLE_DEVICES sees it)
+    device_index: int = 0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """One tuning task: a problem of one op/dtype/layout on one backend."""
+
+    op: str
+    dtype: str
+    layout: str
+    problem: Problem
+    backend: str = "cpu"
+    strategy: str = "exhaustive"
+    budget: Budget = field(default_factory=Budget)
+    objective: str = "time"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The device key (backend, name, arch, sm_count) plus what is stored beside it."""
+
+    backend: str
+    name: str
+    #: compute capability for CUDA ("sm_90"), ISA level for CPUs ("x86_64-avx2")
+    arch: str
+    #: SMs for CUDA, cores for CPUs
+    sm_count: int
+    driver: str = ""
+    runtime: str = ""
+    memory_bytes: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def key(self) -> str:
+        return f"{self.backend}:{self.name}:{self.arch}:{self.sm_count}"
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """What makes results comparable across time: compiler, templates, libraries."""
+
+    compiler: str  # "g++ 12.2.0", "nvcc 13.0.88"
+    template_version: str  # short hash of the op's template source
+    libraries: dict[str, str] = field(default_factory=dict)  # {"cutlass": "4.2.1"}
+
+    def key(self) -> str:
+        libs = ",".join(f"{k}={v}" for k, v in sorted(self.libraries.items()))
+        return f"{self.compiler}|tpl={self.template_version}" + (f"|{libs}" if libs else "")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One rendered kernel: its parameters, a readable name and a content id."""
+
+    op: str
+    name: str  # procedural, e.g. "reduce_f32_p4_a2_u2"
+    params: dict[str, Any]
+    source: str
+    flags: tuple[str, ...]
+    #: sha256 of source + flags + compiler identity
+    id: str
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    variant_id: str
+    ok: bool
+    artifact: str | None  # path of the binary/shared object in the cache
+    seconds: float
+    cached: bool
+    log: str = ""
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Robust statistics over repetitions, in microseconds."""
+
+    median_us: float
+    p20_us: float
+    p80_us: float
+    min_us: float
+    reps: int
+
+    @property
+    def spread(self) -> float:
+        """(p80 - p20) / median: the noise band of this measurement."""
+        return (self.p80_us - self.p20_us) / self.median_us if self.median_us > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """One variant on one problem: the outcome, its timing when it ran, and provenance."""
+
+    variant_id: str
+    variant_name: str
+    params: dict[str, Any]
+    outcome: Outcome
+    timing: Timing | None = None
+    #: derived throughput: GB/s for memory-bound ops, TFLOP/s for gemm/conv
+    throughput: float | None = None
+    throughput_unit: str = ""
+    compile_seconds: float = 0.0
+    #: excerpt of the compile or run log for failures
+    log: str = ""
+    #: clocks, temperature, throttle flags, host, etc.
+    provenance: dict[str, Any] = field(default_factory=dict)
+    #: measurement taken while throttled or while another process used the device
+    suspect: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.OK and self.timing is not None
+
+
+@dataclass
+class ProblemResult:
+    """All candidates measured for one problem, and the winner among the verified ones."""
+
+    request: TuneRequest
+    device: DeviceInfo
+    toolchain: Toolchain
+    results: list[BenchResult] = field(default_factory=list)
+    winner: BenchResult | None = None
+    seconds: float = 0.0
