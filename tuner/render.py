@@ -50,7 +50,7 @@ def render_variant(
     root: str = str(TEMPLATES_DIR),
 ) -> Variant:
     """Render one variant; its id is sha256(source, flags, compiler identity)."""
-    source = template_environment(root).get_template(space.template).render(
+    source = template_environment(root).get_template(space.template_for(params)).render(
         **space.render_context(params, dtype, layout)
     )
     flags = tuple(base_flags) + tuple(space.flags(params, arch))

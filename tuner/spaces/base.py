@@ -39,6 +39,11 @@ class VariantSpace(ABC):
     def name(self, params: Params, dtype: str, layout: str) -> str:
         """Readable procedural name, e.g. ``gemm_f16_rcr_128x256x64_c2x1_coop``."""
 
+    def template_for(self, params: Params) -> str:
+        """The template of ``params`` (a space whose template depends on the arch overrides
+        this; ``template`` stays the default)."""
+        return self.template
+
     def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
         """Values handed to the template (defaults to the params plus dtype and layout)."""
         return {**params, "dtype": dtype, "layout": layout}
