@@ -67,8 +67,9 @@ class _Encoding:
             distinct = sorted(set(values), key=repr)
             if len(distinct) < 2:
                 continue  # a constant tells the model nothing
-            if all(_is_positive_int(v) for v in distinct):
-                low, high = math.log2(min(distinct)), math.log2(max(distinct))
+            ints = [v for v in distinct if _is_positive_int(v)]
+            if len(ints) == len(distinct):
+                low, high = math.log2(min(ints)), math.log2(max(ints))
                 self.distributions[key] = FloatDistribution(low, high)
                 self.numeric[key] = high - low
             else:
