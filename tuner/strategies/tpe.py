@@ -67,7 +67,7 @@ class _Encoding:
             distinct = sorted(set(values), key=repr)
             if len(distinct) < 2:
                 continue  # a constant tells the model nothing
-            ints = [v for v in distinct if _is_positive_int(v)]
+            ints = [int(v) for v in distinct if _is_positive_int(v)]
             if len(ints) == len(distinct):
                 low, high = math.log2(min(ints)), math.log2(max(ints))
                 self.distributions[key] = FloatDistribution(low, high)
