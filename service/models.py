@@ -1,0 +1,271 @@
+"""SQLAlchemy 2 models. Every schema change is an Alembic migration (migrations/versions).
+
+Keys (DESIGN.md): a device is backend + name + arch + sm_count; a toolchain is its key text;
+a problem is op + dtype + layout + canonical problem key; a variant is the sha256 of its source.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+__all__ = [
+    "Base",
+    "UTCDateTime",
+    "utcnow",
+    "new_id",
+    "JOB_STATUSES",
+    "TASK_STATUSES",
+    "FINISHED_TASK_STATUSES",
+    "Device",
+    "Toolchain",
+    "Job",
+    "Task",
+    "Worker",
+    "WorkerDevice",
+    "Lease",
+    "Variant",
+    "Measurement",
+    "BestConfig",
+    "ApiToken",
+]
+
+JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
+TASK_STATUSES = JOB_STATUSES
+FINISHED_TASK_STATUSES = ("done", "failed", "cancelled")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stored as naive UTC on every database, returned as aware UTC."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Device(Base):
+    __tablename__ = "devices"
+    __table_args__ = (
+        UniqueConstraint("backend", "name", "arch", "sm_count", name="uq_devices_key"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    backend: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(200))
+    arch: Mapped[str] = mapped_column(String(64))
+    sm_count: Mapped[int] = mapped_column(Integer)
+    driver: Mapped[str] = mapped_column(String(100), default="")
+    runtime: Mapped[str] = mapped_column(String(100), default="")
+    memory_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    def key(self) -> str:
+        return f"{self.backend}:{self.name}:{self.arch}:{self.sm_count}"
+
+
+class Toolchain(Base):
+    __tablename__ = "toolchains"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(Text, unique=True)
+    compiler: Mapped[str] = mapped_column(String(200))
+    template_version: Mapped[str] = mapped_column(String(100))
+    libraries: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_status", "status"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    op: Mapped[str] = mapped_column(String(16))
+    dtype: Mapped[str] = mapped_column(String(8))
+    layout: Mapped[str] = mapped_column(String(16))
+    #: the device selector as submitted: {backend, name?, arch?}
+    device: Mapped[dict[str, Any]] = mapped_column()
+    #: copy of device["backend"], so leasing can filter in SQL
+    backend: Mapped[str] = mapped_column(String(16))
+    strategy: Mapped[str] = mapped_column(String(32))
+    budget: Mapped[dict[str, Any]] = mapped_column()
+    objective: Mapped[str] = mapped_column(String(16))
+    seed: Mapped[int] = mapped_column(BigInteger, default=0)
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class Task(Base):
+    __tablename__ = "tasks"
+    __table_args__ = (Index("ix_tasks_status_created", "status", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    problem: Mapped[dict[str, Any]] = mapped_column()
+    problem_key: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    lease_id: Mapped[str | None] = mapped_column(String(32), default=None, index=True)
+    lease_owner: Mapped[str | None] = mapped_column(String(32), default=None)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    progress_done: Mapped[int] = mapped_column(Integer, default=0)
+    progress_total: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    #: this task's own winner (the best config may keep an older one inside the tie band)
+    #: plain int, no foreign key: tasks and measurements would reference each other
+    winner_measurement_id: Mapped[int | None] = mapped_column(Integer, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class Worker(Base):
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WorkerDevice(Base):
+    __tablename__ = "worker_devices"
+
+    worker_id: Mapped[str] = mapped_column(
+        ForeignKey("workers.id", ondelete="CASCADE"), primary_key=True
+    )
+    device_id: Mapped[int] = mapped_column(
+        ForeignKey("devices.id", ondelete="CASCADE"), primary_key=True
+    )
+
+
+class Lease(Base):
+    """History of leases, so a heartbeat can tell an unknown lease (404) from a lost one (409)."""
+
+    __tablename__ = "leases"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    worker_id: Mapped[str] = mapped_column(ForeignKey("workers.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Variant(Base):
+    __tablename__ = "variants"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    op: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(300))
+    params: Mapped[dict[str, Any]] = mapped_column()
+
+
+class Measurement(Base):
+    __tablename__ = "measurements"
+    __table_args__ = (
+        Index("ix_measurements_problem", "op", "dtype", "layout", "problem_key", "device_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_id: Mapped[str | None] = mapped_column(
+        ForeignKey("tasks.id", ondelete="SET NULL"), default=None, index=True
+    )
+    job_id: Mapped[str | None] = mapped_column(
+        ForeignKey("jobs.id", ondelete="SET NULL"), default=None, index=True
+    )
+    variant_id: Mapped[str] = mapped_column(ForeignKey("variants.id"))
+    op: Mapped[str] = mapped_column(String(16))
+    dtype: Mapped[str] = mapped_column(String(8))
+    layout: Mapped[str] = mapped_column(String(16))
+    problem: Mapped[dict[str, Any]] = mapped_column()
+    problem_key: Mapped[str] = mapped_column(Text)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
+    outcome: Mapped[str] = mapped_column(String(32))
+    median_us: Mapped[float | None] = mapped_column(Float, default=None)
+    p20_us: Mapped[float | None] = mapped_column(Float, default=None)
+    p80_us: Mapped[float | None] = mapped_column(Float, default=None)
+    min_us: Mapped[float | None] = mapped_column(Float, default=None)
+    reps: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    throughput: Mapped[float | None] = mapped_column(Float, default=None)
+    throughput_unit: Mapped[str] = mapped_column(String(32), default="")
+    compile_seconds: Mapped[float | None] = mapped_column(Float, default=None)
+    log: Mapped[str] = mapped_column(Text, default="")
+    provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    suspect: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class BestConfig(Base):
+    __tablename__ = "best_configs"
+    __table_args__ = (
+        UniqueConstraint(
+            "op", "dtype", "layout", "problem_key", "device_id", "toolchain_id",
+            name="uq_best_configs_key",
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    op: Mapped[str] = mapped_column(String(16))
+    dtype: Mapped[str] = mapped_column(String(8))
+    layout: Mapped[str] = mapped_column(String(16))
+    problem: Mapped[dict[str, Any]] = mapped_column()
+    problem_key: Mapped[str] = mapped_column(Text)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
+    measurement_id: Mapped[int] = mapped_column(ForeignKey("measurements.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    #: sha256 hex of the token; the plaintext is never stored
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[list[Any]] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)

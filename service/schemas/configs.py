@@ -1,0 +1,131 @@
+"""Models of ``/v1/configs``, ``/v1/measurements``, tokens and import/export."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field
+
+from service.schemas.common import (
+    DeviceOut,
+    RequestModel,
+    ResponseModel,
+    SafeStr,
+    ToolchainOut,
+)
+
+__all__ = [
+    "MAX_QUERIES",
+    "BestConfigOut",
+    "ConfigQuery",
+    "ConfigQueryBatch",
+    "ConfigQueryResult",
+    "ConfigQueryResults",
+    "MeasurementOut",
+    "MeasurementList",
+    "Scope",
+    "TokenCreate",
+    "TokenOut",
+    "ImportSummary",
+]
+
+MAX_QUERIES = 1024
+Scope = Literal["read", "submit", "worker", "admin"]
+
+
+class BestConfigOut(ResponseModel):
+    op: str
+    dtype: str
+    layout: str
+    problem: dict[str, Any]
+    #: the tuned problem that answered (differs from ``problem`` when exact is false)
+    tuned_problem: dict[str, Any]
+    exact: bool
+    distance: float
+    variant_id: str
+    variant_name: str
+    params: dict[str, Any]
+    median_us: float | None
+    p20_us: float | None
+    p80_us: float | None
+    throughput: float | None
+    throughput_unit: str
+    device: DeviceOut
+    toolchain: ToolchainOut
+    measured_at: datetime
+
+
+class ConfigQuery(RequestModel):
+    op: Literal["gemm", "conv2d", "reduce", "softmax"]
+    dtype: Literal["f16", "bf16", "f32"]
+    layout: SafeStr | None = Field(default=None, max_length=16)
+    device: SafeStr | None = Field(default=None, max_length=300)
+    backend: Literal["cpu", "cuda"] | None = None
+    toolchain: SafeStr | None = Field(default=None, max_length=1000)
+    problem: dict[str, Any]
+
+
+class ConfigQueryBatch(RequestModel):
+    queries: list[ConfigQuery] = Field(min_length=1, max_length=MAX_QUERIES)
+
+
+class ConfigQueryResult(ResponseModel):
+    result: BestConfigOut | None = None
+    error: str | None = None
+
+
+class ConfigQueryResults(ResponseModel):
+    results: list[ConfigQueryResult]
+
+
+class MeasurementOut(ResponseModel):
+    id: int
+    job_id: str | None
+    task_id: str | None
+    op: str
+    dtype: str
+    layout: str
+    problem: dict[str, Any]
+    variant_id: str
+    variant_name: str
+    params: dict[str, Any]
+    outcome: str
+    median_us: float | None
+    p20_us: float | None
+    p80_us: float | None
+    min_us: float | None
+    reps: int | None
+    throughput: float | None
+    throughput_unit: str
+    compile_seconds: float | None
+    log: str
+    provenance: dict[str, Any]
+    suspect: bool
+    device: DeviceOut
+    toolchain: ToolchainOut
+    created_at: datetime
+
+
+class MeasurementList(ResponseModel):
+    measurements: list[MeasurementOut]
+
+
+class TokenCreate(RequestModel):
+    name: SafeStr = Field(min_length=1, max_length=200)
+    scopes: list[Scope] = Field(min_length=1, max_length=4)
+
+
+class TokenOut(ResponseModel):
+    id: int
+    name: str
+    scopes: list[str]
+    #: the plaintext, shown once
+    token: str
+
+
+class ImportSummary(ResponseModel):
+    records: int
+    inserted: int
+    replaced: int
+    kept: int

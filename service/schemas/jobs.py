@@ -1,0 +1,109 @@
+"""Models of ``/v1/jobs``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field, StrictInt, ValidationInfo, field_validator, model_validator
+
+from service.schemas.common import (
+    BudgetIn,
+    BudgetOut,
+    DeviceSelector,
+    RequestModel,
+    ResponseModel,
+    SafeStr,
+)
+from tuner.problems import LAYOUTS
+
+__all__ = [
+    "MAX_PROBLEMS_PER_JOB",
+    "JobCreate",
+    "JobProgress",
+    "WinnerSummary",
+    "ProblemStatus",
+    "JobOut",
+    "JobSummary",
+    "JobList",
+]
+
+MAX_PROBLEMS_PER_JOB = 256
+
+
+class JobCreate(RequestModel):
+    """Body of ``POST /v1/jobs``. Problems are checked against the op by the route."""
+
+    op: Literal["gemm", "conv2d", "reduce", "softmax"]
+    dtype: Literal["f16", "bf16", "f32"]
+    layout: SafeStr | None = None
+    problems: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_PROBLEMS_PER_JOB)
+    device: DeviceSelector
+    strategy: Literal["exhaustive", "random", "tpe"] = "exhaustive"
+    budget: BudgetIn = Field(default_factory=BudgetIn)
+    objective: Literal["time", "energy"] = "time"
+    seed: StrictInt = Field(default=0, ge=0, le=2**31 - 1)
+
+    @field_validator("layout")
+    @classmethod
+    def _layout_of_op(cls, value: str | None, info: ValidationInfo) -> str | None:
+        op = info.data.get("op")
+        if value is not None and op in LAYOUTS and value not in LAYOUTS[op]:
+            raise ValueError(f"layout {value!r} is not one of {LAYOUTS[op]} for op {op}")
+        return value
+
+    @model_validator(mode="after")
+    def _default_layout(self) -> JobCreate:
+        if self.layout is None:
+            self.layout = LAYOUTS[self.op][0]
+        return self
+
+
+class JobProgress(ResponseModel):
+    tasks_done: int
+    tasks_total: int
+    candidates_done: int
+    candidates_total: int
+
+
+class WinnerSummary(ResponseModel):
+    variant_id: str = ""
+    variant_name: str
+    params: dict[str, Any]
+    median_us: float | None
+    throughput: float | None = None
+    throughput_unit: str = ""
+
+
+class ProblemStatus(ResponseModel):
+    task_id: str
+    problem: dict[str, Any]
+    status: str
+    winner: WinnerSummary | None = None
+    error: str | None = None
+
+
+class JobSummary(ResponseModel):
+    id: str
+    status: str
+    op: str
+    dtype: str
+    layout: str
+    device: dict[str, Any]
+    strategy: str
+    budget: BudgetOut
+    objective: str
+    seed: int
+    created_at: datetime
+    updated_at: datetime
+    error: str | None = None
+    total_tasks: int
+    progress: JobProgress
+
+
+class JobOut(JobSummary):
+    problems: list[ProblemStatus]
+
+
+class JobList(ResponseModel):
+    jobs: list[JobSummary]

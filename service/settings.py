@@ -1,0 +1,56 @@
+"""The service's settings: one pydantic-settings class, read from ``TUNEHUB_*`` variables."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import platformdirs
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings", "get_settings"]
+
+
+class Settings(BaseSettings):
+    """Everything the service, the worker agent and the CLI read from the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="TUNEHUB_", extra="ignore")
+
+    #: empty means a SQLite file ``tunehub.db`` inside ``data_dir``
+    database_url: str = ""
+    host: str = "127.0.0.1"
+    port: int = 8765
+    data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("tunehub")))
+    cache_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_cache_dir("tunehub")))
+    #: run a worker inside the service; None means on for SQLite, off otherwise
+    local_worker: bool | None = None
+    migrate_on_start: bool = False
+    lease_seconds: int = Field(default=120, ge=1)
+    read_token_required: bool = False
+    compile_workers: int = Field(default=0, ge=0)
+    bench_seconds: float = Field(default=0.2, gt=0)
+
+    @model_validator(mode="after")
+    def _default_database(self) -> Settings:
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.data_dir / 'tunehub.db'}"
+        return self
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @property
+    def local_worker_enabled(self) -> bool:
+        return self.is_sqlite if self.local_worker is None else self.local_worker
+
+    def ensure_dirs(self) -> None:
+        """Create the data and cache dirs (called on first use, not at import)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
