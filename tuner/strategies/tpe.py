@@ -19,7 +19,7 @@ import math
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import optuna
@@ -51,7 +51,7 @@ def _quiet_optuna() -> Iterator[None]:
         optuna_log.setLevel(level)
 
 
-def _is_positive_int(value: Any) -> bool:
+def _is_positive_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
@@ -67,7 +67,7 @@ class _Encoding:
             distinct = sorted(set(values), key=repr)
             if len(distinct) < 2:
                 continue  # a constant tells the model nothing
-            ints = [int(v) for v in distinct if _is_positive_int(v)]
+            ints = [v for v in distinct if _is_positive_int(v)]
             if len(ints) == len(distinct):
                 low, high = math.log2(min(ints)), math.log2(max(ints))
                 self.distributions[key] = FloatDistribution(low, high)
