@@ -1,0 +1,71 @@
+"""CPU row-reduce variants: pack width, independent accumulators, unroll, per storage dtype.
+
+One compiled variant serves every (m, k) and every kind (sum, max, mean are a runtime code).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+from tuner.errors import InvalidRequestError
+from tuner.problems import Problem, ReduceProblem
+from tuner.spaces.base import Params, VariantSpace
+
+__all__ = ["CpuReduceSpace", "STORAGE_TYPES", "check_dtype_layout", "REDUCE_KIND_CODES"]
+
+#: storage dtype -> the C++ type the harness (kernel_templates/cpu/_harness.h) stores it as
+STORAGE_TYPES: dict[str, str] = {"f32": "float", "f16": "_Float16", "bf16": "th::bf16_t"}
+#: reduce kind -> the runtime code the kernel reads as its third dim
+REDUCE_KIND_CODES: dict[str, int] = {"sum": 0, "max": 1, "mean": 2}
+
+PACKS = (1, 2, 4, 8)
+ACCUMULATORS = (1, 2, 4, 8)
+UNROLLS = (1, 2, 4)
+#: most elements one main-loop step may cover: more only bloats code and spills registers
+MAX_STEP = 128
+
+
+def check_dtype_layout(op: str, dtype: str, layout: str, layouts: tuple[str, ...]) -> None:
+    """Raise InvalidRequestError unless the CPU templates can store ``dtype`` in ``layout``."""
+    if dtype not in STORAGE_TYPES:
+        raise InvalidRequestError("dtype", f"cpu {op} supports {sorted(STORAGE_TYPES)}, not {dtype!r}")
+    if layout not in layouts:
+        raise InvalidRequestError("layout", f"cpu {op} supports {list(layouts)}, not {layout!r}")
+
+
+class CpuReduceSpace(VariantSpace):
+    op = "reduce"
+    backend = "cpu"
+    template = "cpu/reduce.cpp.j2"
+
+    def enumerate(self, dtype: str, layout: str, arch: str) -> Iterator[Params]:
+        check_dtype_layout(self.op, dtype, layout, ("row",))
+        for pack, acc, unroll in itertools.product(PACKS, ACCUMULATORS, UNROLLS):
+            if pack * acc * unroll > MAX_STEP:
+                continue
+            yield {"pack": pack, "acc": acc, "unroll": unroll}
+
+    def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
+        if not isinstance(problem, ReduceProblem):
+            return f"not a reduce problem: {type(problem).__name__}"
+        step = params["pack"] * params["acc"] * params["unroll"]
+        if step > problem.k:
+            return f"main-loop step of {step} elements exceeds the row length k={problem.k}"
+        return None
+
+    def name(self, params: Params, dtype: str, layout: str) -> str:
+        return f"reduce_{dtype}_p{params['pack']}_a{params['acc']}_u{params['unroll']}"
+
+    def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
+        check_dtype_layout(self.op, dtype, layout, ("row",))
+        return {
+            "pack": int(params["pack"]),
+            "acc": int(params["acc"]),
+            "unroll": int(params["unroll"]),
+            "dtype": dtype,
+            "layout": layout,
+            "storage_type": STORAGE_TYPES[dtype],
+            "name": self.name(params, dtype, layout),
+        }
