@@ -1,0 +1,407 @@
+"""The worker agent: lease a task over HTTP, tune it with the engine, upload what it measured.
+
+    agent = WorkerAgent(TunehubClient(url, token), EngineConfig(cache_dir=...), backends=("cpu",))
+    agent.run_forever(stop_event)      # or agent.run_once() -> bool (did it run a task?)
+
+This is the only place that joins ``tuner`` and the service: a GPU host needs a URL and a
+worker token, never database credentials. ``tunehub serve`` runs the same agent in a thread
+against its own API (the local worker).
+
+While a task runs, a heartbeat thread extends the lease every few seconds; the server's
+``cancelled`` flag or a lost lease (409) stops the tune between candidates. Measurements are
+uploaded in batches while tuning and once more with ``final=True`` at the end. A tuner error
+or any unexpected exception fails the task (final upload with the error text) and the agent
+takes the next one; a lost lease abandons the task without a final upload.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import platform
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.client import ClientError, ConnectionFailed, LeaseLost, TunehubClient
+from tuner.backends.base import Backend
+from tuner.engine import tune
+from tuner.errors import ToolchainError, TunerError
+from tuner.problems import LAYOUTS, problem_from_dict
+from tuner.registry import load_backend_class, load_space
+from tuner.types import BenchResult, Budget, DeviceInfo, EngineConfig, Toolchain, TuneRequest
+
+__all__ = [
+    "WorkerAgent",
+    "request_from_task",
+    "device_to_dict",
+    "toolchain_to_dict",
+    "measurement_to_dict",
+]
+
+log = logging.getLogger(__name__)
+
+#: the API keeps logs and error texts up to this many characters
+_MAX_LOG_CHARS = 16_000
+#: stands in for a compiler or template version nobody could read (the API needs text)
+_UNKNOWN = "unknown"
+
+BackendFactory = Callable[[str, EngineConfig], Backend]
+
+
+def _default_backend_factory(name: str, config: EngineConfig) -> Backend:
+    return load_backend_class(name)(config)
+
+
+def device_to_dict(device: DeviceInfo) -> dict[str, Any]:
+    return {
+        "backend": device.backend,
+        "name": device.name,
+        "arch": device.arch,
+        "sm_count": device.sm_count,
+        "driver": device.driver,
+        "runtime": device.runtime,
+        "memory_bytes": device.memory_bytes,
+    }
+
+
+def toolchain_to_dict(toolchain: Toolchain) -> dict[str, Any]:
+    return {
+        "compiler": toolchain.compiler,
+        "template_version": toolchain.template_version,
+        "libraries": dict(toolchain.libraries),
+    }
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity (the API refuses them): turn them into None, deeply."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _positive(value: float | None) -> float | None:
+    """Times must be > 0 for the API; a 0 from a coarse clock becomes None."""
+    value = _finite(value)
+    return value if value is None or value > 0 else None
+
+
+def measurement_to_dict(result: BenchResult) -> dict[str, Any]:
+    timing = result.timing
+    median = _positive(timing.median_us) if timing else None
+    outcome = result.outcome.value
+    if outcome == "ok" and median is None:  # cannot happen with a sane backend; keep it data
+        outcome = "runtime_error"
+    return {
+        "variant_id": result.variant_id,
+        "variant_name": result.variant_name,
+        "params": _finite(dict(result.params)),
+        "outcome": outcome,
+        "median_us": median,
+        "p20_us": _positive(timing.p20_us) if timing else None,
+        "p80_us": _positive(timing.p80_us) if timing else None,
+        "min_us": _positive(timing.min_us) if timing else None,
+        "reps": timing.reps if timing else None,
+        "throughput": _finite(result.throughput),
+        "throughput_unit": result.throughput_unit,
+        "compile_seconds": _finite(result.compile_seconds),
+        "log": result.log[-_MAX_LOG_CHARS:],
+        "provenance": _finite(dict(result.provenance)),
+        "suspect": bool(result.suspect),
+    }
+
+
+def request_from_task(task: Mapping[str, Any]) -> TuneRequest:
+    """The engine's request for a leased task; bad fields raise InvalidRequestError."""
+    op = str(task["op"])
+    problem_fields = dict(task.get("problem") or {})
+    # the problem may come as its dims or wrapped as {"dims": {...}}
+    if isinstance(problem_fields.get("dims"), dict):
+        problem_fields = dict(problem_fields["dims"])
+    problem = problem_from_dict(op, problem_fields)
+    budget = task.get("budget") or {}
+    device = task.get("device") or {}
+    return TuneRequest(
+        op=op,
+        dtype=str(task["dtype"]),
+        layout=str(task.get("layout") or LAYOUTS.get(op, ("",))[0]),
+        problem=problem,
+        backend=str(device.get("backend", "cpu")),
+        strategy=str(task.get("strategy") or "exhaustive"),
+        budget=Budget(
+            max_variants=budget.get("max_variants"), max_seconds=budget.get("max_seconds")
+        ),
+        objective=str(task.get("objective") or "time"),
+        seed=int(task.get("seed") or 0),
+    )
+
+
+@dataclass
+class _TaskState:
+    """What the heartbeat thread and the engine's observer share for one leased task."""
+
+    lease_id: Any
+    done: int = 0
+    total: int = 0
+    cancelled: bool = False
+    lost: bool = False
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def should_stop(self) -> bool:
+        return self.cancelled or self.lost
+
+
+class _UploadingObserver:
+    """Engine observer: counts progress and uploads measurements in batches."""
+
+    def __init__(self, agent: WorkerAgent, state: _TaskState, device: dict[str, Any],
+                 toolchain: dict[str, Any]) -> None:
+        self.agent = agent
+        self.state = state
+        self.device = device
+        self.toolchain = toolchain
+        self.last_upload = time.monotonic()
+
+    def on_start(self, total: int, pruned: int) -> None:
+        with self.state.lock:
+            self.state.total = total
+
+    def on_result(self, result: BenchResult, done: int, total: int) -> None:
+        with self.state.lock:
+            self.state.done, self.state.total = done, total
+            self.state.pending.append(measurement_to_dict(result))
+            due = (len(self.state.pending) >= self.agent.upload_batch
+                   or time.monotonic() - self.last_upload >= self.agent.upload_interval_s)
+        if due:
+            self.flush(final=False)
+
+    def flush(self, final: bool, error: str | None = None) -> None:
+        with self.state.lock:
+            batch, self.state.pending = self.state.pending, []
+        if not batch and not final:
+            return
+        try:
+            self.agent.client.upload_results(
+                self.state.lease_id, device=self.device, toolchain=self.toolchain,
+                measurements=batch, final=final, error=error,
+            )
+        except LeaseLost:
+            self.state.lost = True
+            raise
+        self.last_upload = time.monotonic()
+
+
+class WorkerAgent:
+    """Leases tasks for its backends' devices and runs them through ``tuner.engine.tune``."""
+
+    def __init__(
+        self,
+        client: TunehubClient,
+        engine_config: EngineConfig,
+        backends: Sequence[str] = ("cpu",),
+        name: str | None = None,
+        *,
+        heartbeat_interval_s: float = 3.0,
+        poll_interval_s: float = 1.0,
+        upload_batch: int = 8,
+        upload_interval_s: float = 5.0,
+        backend_factory: BackendFactory = _default_backend_factory,
+    ) -> None:
+        self.client = client
+        self.engine_config = engine_config
+        self.backend_names = tuple(backends)
+        self.name = name or f"{platform.node() or 'worker'}-{'+'.join(self.backend_names)}"
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.poll_interval_s = poll_interval_s
+        self.upload_batch = max(1, upload_batch)
+        self.upload_interval_s = upload_interval_s
+        self._backend_factory = backend_factory
+        self._backends: dict[str, Backend] = {}
+        self._devices: dict[str, DeviceInfo] = {}
+        self.worker_id: Any = None
+        self.tasks_done = 0
+
+    # -- setup ----------------------------------------------------------------------------
+
+    def _open_backends(self) -> None:
+        """Open every backend that works here; a host without a GPU still serves cpu."""
+        failures = []
+        for backend_name in self.backend_names:
+            if backend_name in self._backends:
+                continue
+            try:
+                backend = self._backend_factory(backend_name, self.engine_config)
+                self._devices[backend_name] = backend.device()
+            except (TunerError, ImportError, OSError) as exc:
+                log.warning("backend %s is unavailable: %s", backend_name, exc)
+                failures.append(f"{backend_name}: {exc}")
+                continue
+            self._backends[backend_name] = backend
+        if not self._backends:
+            raise ToolchainError("no usable backend: " + "; ".join(failures))
+
+    def register(self) -> Any:
+        """Open the backends, then POST /v1/workers with their devices; returns the id."""
+        self._open_backends()
+        devices = [device_to_dict(d) for d in self._devices.values()]
+        self.worker_id = self.client.register_worker(self.name, devices)
+        log.info("worker %s registered as %s with %s", self.name, self.worker_id,
+                 ", ".join(d.key() for d in self._devices.values()))
+        return self.worker_id
+
+    def close(self) -> None:
+        for backend in self._backends.values():
+            try:
+                backend.close()
+            except Exception:  # closing must not hide the reason we stop
+                log.exception("closing backend %s failed", backend.name)
+        self._backends.clear()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run_once(self) -> bool:
+        """Lease one task and run it; False when the server had nothing for us."""
+        if self.worker_id is None:
+            self.register()
+        lease = self.client.lease(self.worker_id, list(self._backends))
+        if not lease:
+            return False
+        self._run_lease(lease)
+        self.tasks_done += 1
+        return True
+
+    def run_forever(self, stop_event: threading.Event) -> None:
+        """Lease and tune until ``stop_event`` is set; an unreachable server is retried."""
+        backoff = self.poll_interval_s
+        try:
+            while not stop_event.is_set():
+                try:
+                    worked = self.run_once()
+                    backoff = self.poll_interval_s
+                except ConnectionFailed as exc:
+                    log.warning("%s; retrying in %.0f s", exc, backoff)
+                    worked = False
+                    stop_event.wait(backoff)
+                    backoff = min(backoff * 2, 30.0)
+                    continue
+                except ClientError as exc:
+                    log.error("worker %s: %s", self.name, exc)
+                    worked = False
+                    if getattr(exc, "status", None) in (401, 403, 404):
+                        # a bad token stays bad; an unknown worker id means register again
+                        self.worker_id = None
+                    stop_event.wait(max(backoff, 5.0))
+                    continue
+                if not worked:
+                    stop_event.wait(self.poll_interval_s)
+        except ToolchainError as exc:
+            log.error("worker %s stops: %s", self.name, exc)
+        finally:
+            self.close()
+
+    # -- one task -------------------------------------------------------------------------
+
+    def _run_lease(self, lease: Mapping[str, Any]) -> None:
+        lease_id = lease["lease_id"]
+        task = lease.get("task") or {}
+        state = _TaskState(lease_id=lease_id)
+        log.info("lease %s: task %s of job %s (%s)", lease_id, task.get("task_id"),
+                 task.get("job_id"), task.get("op"))
+        stop_beating = threading.Event()
+        beater = threading.Thread(
+            target=self._heartbeat_loop, args=(state, stop_beating),
+            name=f"heartbeat-{lease_id}", daemon=True,
+        )
+        beater.start()
+        observer: _UploadingObserver | None = None
+        try:
+            backend_name = str((task.get("device") or {}).get("backend", "cpu"))
+            backend = self._backends.get(backend_name)
+            if backend is None:
+                raise TunerError(f"this worker has no {backend_name!r} backend")
+            device = device_to_dict(self._devices[backend_name])
+            observer = _UploadingObserver(self, state, device, self._fallback_toolchain(backend))
+            request = request_from_task(task)
+            space = load_space(request.op, backend.name)
+            observer.toolchain = toolchain_to_dict(backend.toolchain(space))
+            result = tune(request, backend, self.engine_config, observer, state.should_stop)
+            observer.device = device_to_dict(result.device)
+            observer.toolchain = toolchain_to_dict(result.toolchain)
+            if state.lost:
+                log.warning("lease %s lost; abandoning task %s", lease_id, task.get("task_id"))
+                return
+            observer.flush(final=True)
+            winner = result.winner.variant_name if result.winner else "none verified"
+            log.info("lease %s done: %d candidates, winner %s%s", lease_id, len(result.results),
+                     winner, " (cancelled)" if state.cancelled else "")
+        except LeaseLost:
+            log.warning("lease %s lost (409); abandoning task %s", lease_id, task.get("task_id"))
+        except ConnectionFailed:
+            raise  # the server is gone: the lease will expire and the task be re-queued
+        except Exception as exc:  # a tuner error or a bug fails this task, not the worker
+            reason = str(exc) if isinstance(exc, TunerError) else f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, TunerError):
+                log.error("task %s crashed:\n%s", task.get("task_id"), traceback.format_exc())
+            else:
+                log.warning("task %s failed: %s", task.get("task_id"), reason)
+            self._fail_task(state, observer, lease_id, task, reason)
+        finally:
+            stop_beating.set()
+            beater.join(timeout=self.heartbeat_interval_s + 5.0)
+
+    def _fail_task(self, state: _TaskState, observer: _UploadingObserver | None, lease_id: Any,
+                   task: Mapping[str, Any], reason: str) -> None:
+        if state.lost:
+            return
+        reason = reason[-_MAX_LOG_CHARS:] or "task failed"
+        try:
+            if observer is not None:
+                observer.flush(final=True, error=reason)
+            else:
+                # no backend for the task's device: report with any device this worker has
+                device = next(iter(self._devices.values()))
+                self.client.upload_results(
+                    lease_id, device=device_to_dict(device),
+                    toolchain={"compiler": _UNKNOWN, "template_version": _UNKNOWN,
+                               "libraries": {}},
+                    measurements=[], final=True, error=reason,
+                )
+        except LeaseLost:
+            log.warning("lease %s lost while reporting its failure", lease_id)
+        except ClientError as exc:
+            log.error("could not report the failure of lease %s: %s", lease_id, exc)
+
+    @staticmethod
+    def _fallback_toolchain(backend: Backend) -> dict[str, Any]:
+        """Toolchain text for a task that fails before the space's toolchain is known."""
+        try:
+            compiler = backend.compiler_identity() or _UNKNOWN
+        except Exception:  # a missing compiler is reported by the failure itself
+            compiler = _UNKNOWN
+        return {"compiler": compiler[:200], "template_version": _UNKNOWN, "libraries": {}}
+
+    def _heartbeat_loop(self, state: _TaskState, stop: threading.Event) -> None:
+        while not stop.wait(self.heartbeat_interval_s):
+            with state.lock:
+                done, total = state.done, state.total
+            try:
+                reply = self.client.heartbeat(state.lease_id, done, total) or {}
+            except LeaseLost:
+                state.lost = True
+                log.warning("lease %s lost on heartbeat", state.lease_id)
+                return
+            except ClientError as exc:
+                log.warning("heartbeat of lease %s failed: %s", state.lease_id, exc)
+                continue
+            if reply.get("cancelled") and not state.cancelled:
+                log.info("lease %s: job cancelled; stopping after the current candidate",
+                         state.lease_id)
+                state.cancelled = True
