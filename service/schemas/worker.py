@@ -33,6 +33,8 @@ __all__ = [
     "HeartbeatIn",
     "HeartbeatOut",
     "ToolchainIn",
+    "DeviceReport",
+    "ToolchainReport",
     "MeasurementIn",
     "ResultsIn",
     "ResultsOut",
@@ -148,14 +150,48 @@ class MeasurementIn(RequestModel):
         return self
 
 
+class DeviceReport(RequestModel):
+    """The measured device in a result upload; may be blank in a failure report without
+    measurements (the worker could not even open its device)."""
+
+    backend: Backend
+    name: SafeStr = Field(default="", max_length=200)
+    arch: SafeStr = Field(default="", max_length=64)
+    sm_count: StrictInt = Field(default=0, ge=0, le=1_000_000)
+    driver: SafeStr = Field(default="", max_length=100)
+    runtime: SafeStr = Field(default="", max_length=100)
+    memory_bytes: StrictInt = Field(default=0, ge=0, le=2**62)
+
+
+class ToolchainReport(RequestModel):
+    compiler: SafeStr = Field(default="", max_length=200)
+    template_version: SafeStr = Field(default="", max_length=100)
+    libraries: dict[SafeStr, SafeStr] = Field(default_factory=dict, max_length=32)
+
+
 class ResultsIn(RequestModel):
-    device: DeviceIn
-    toolchain: ToolchainIn
+    """Body of ``POST /v1/leases/{id}/results``. With measurements, device and toolchain
+    must be complete; a bare failure report (final, error, no measurements) may leave them
+    blank or out."""
+
+    device: DeviceReport | None = None
+    toolchain: ToolchainReport | None = None
     measurements: list[MeasurementIn] = Field(
         default_factory=list, max_length=MAX_MEASUREMENTS_PER_UPLOAD
     )
     final: bool = False
     error: SafeStr | None = Field(default=None, max_length=_MAX_LOG_CHARS)
+
+    @model_validator(mode="after")
+    def _complete_keys(self) -> ResultsIn:
+        if not self.measurements:
+            return self
+        device, toolchain = self.device, self.toolchain
+        if device is None or not device.name or not device.arch or device.sm_count < 1:
+            raise ValueError("device needs backend, name, arch and sm_count >= 1 with measurements")
+        if toolchain is None or not toolchain.compiler or not toolchain.template_version:
+            raise ValueError("toolchain needs compiler and template_version with measurements")
+        return self
 
 
 class ResultsOut(ResponseModel):

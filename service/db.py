@@ -1,0 +1,111 @@
+"""Engines, sessions and migrations.
+
+    engine = make_engine(url)           SQLite gets foreign keys on and a busy timeout
+    upgrade(url) / downgrade(url, rev)  what ``tunehub db upgrade`` runs (Alembic)
+    current_revision(url)               None on an empty database
+    check_revision(engine)              raises DatabaseNotMigrated unless at head
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.errors import DatabaseNotMigrated
+
+__all__ = [
+    "make_engine",
+    "make_sessionmaker",
+    "alembic_config",
+    "head_revision",
+    "current_revision",
+    "upgrade",
+    "downgrade",
+    "check_revision",
+]
+
+log = logging.getLogger(__name__)
+
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; creates the parent dir of a SQLite file on first use."""
+    parsed = make_url(url)
+    kwargs: dict[str, Any] = {"future": True}
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+    else:
+        kwargs["pool_pre_ping"] = True
+    engine = create_engine(url, **kwargs)
+    if parsed.get_backend_name() == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def alembic_config(url: str) -> Config:
+    """Alembic config pointing at this repository's migrations and at ``url``."""
+    config = Config(str(_ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(_ROOT / "migrations"))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    config.attributes["configure_logging"] = False
+    return config
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+def current_revision(url: str) -> str | None:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    log.info("migrating %s to %s", make_url(url).render_as_string(hide_password=True), revision)
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    log.info("downgrading %s to %s", make_url(url).render_as_string(hide_password=True), revision)
+    command.downgrade(alembic_config(url), revision)
+
+
+def check_revision(engine: Engine) -> str:
+    """The database's revision; raises :class:`DatabaseNotMigrated` unless it is the head."""
+    with engine.connect() as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+    head = head_revision()
+    if current != head:
+        where = engine.url.render_as_string(hide_password=True)
+        state = "not migrated (empty)" if current is None else f"at revision {current}"
+        raise DatabaseNotMigrated(
+            f"database {where} is {state}, but this version of tunehub needs revision {head}; "
+            "run `tunehub db upgrade` (or set TUNEHUB_MIGRATE_ON_START=1)"
+        )
+    return current or ""
