@@ -1,0 +1,42 @@
+"""CUDA row reduction (sum, max, mean over the last dim): pack x row mapping x block size."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from tuner.problems import Problem
+from tuner.spaces.base import Params, VariantSpace
+from tuner.spaces.cuda_rows import CTYPES, mapping_label, packs_for, prune_row_mapping, row_mappings
+
+__all__ = ["CudaReduceSpace"]
+
+
+class CudaReduceSpace(VariantSpace):
+    """``reduce_f16_p8_g4_t256``: 8-element loads, 4 lanes per row, 256 threads per block."""
+
+    op = "reduce"
+    backend = "cuda"
+    template = "cuda/reduce.cu.j2"
+
+    def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
+        if layout != "row" or dtype not in CTYPES:
+            return
+        for pack in packs_for(dtype):
+            for strategy, group, threads in row_mappings():
+                yield {"pack": pack, "strategy": strategy, "group": group, "threads": threads}
+
+    def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
+        return prune_row_mapping(params, problem, layout)
+
+    def name(self, params: Params, dtype: str, layout: str) -> str:
+        return f"reduce_{dtype}_p{params['pack']}_{mapping_label(params)}_t{params['threads']}"
+
+    def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
+        return {
+            **params,
+            "dtype": dtype,
+            "layout": layout,
+            "ctype": CTYPES[dtype],
+            "name": self.name(params, dtype, layout),
+        }
