@@ -40,6 +40,9 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 namespace th {
 
@@ -92,7 +95,15 @@ template <int P> inline typename Vec<P>::f32 load_pack(const float* p) {
   std::memcpy(&out, p, sizeof out);
   return out;
 }
+// GCC 12 converts _Float16 vectors lane by lane; F16C converts 4 or 8 in one instruction
 template <int P> inline typename Vec<P>::f32 load_pack(const _Float16* p) {
+#if defined(__F16C__)
+  if constexpr (P == 8) {
+    return (typename Vec<P>::f32)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else if constexpr (P == 4) {
+    return (typename Vec<P>::f32)_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+#endif
   typename Vec<P>::f16 h;
   std::memcpy(&h, p, sizeof h);
   return __builtin_convertvector(h, typename Vec<P>::f32);
@@ -108,6 +119,15 @@ template <int P> inline void store_pack(float* p, typename Vec<P>::f32 v) {
   std::memcpy(p, &v, sizeof v);
 }
 template <int P> inline void store_pack(_Float16* p, typename Vec<P>::f32 v) {
+#if defined(__F16C__)
+  if constexpr (P == 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph((__m256)v, _MM_FROUND_TO_NEAREST_INT));
+    return;
+  } else if constexpr (P == 4) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_cvtps_ph((__m128)v, _MM_FROUND_TO_NEAREST_INT));
+    return;
+  }
+#endif
   typename Vec<P>::f16 h = __builtin_convertvector(v, typename Vec<P>::f16);
   std::memcpy(p, &h, sizeof h);
 }
