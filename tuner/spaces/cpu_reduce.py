@@ -9,14 +9,12 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-from tuner.errors import InvalidRequestError
 from tuner.problems import Problem, ReduceProblem
 from tuner.spaces.base import Params, VariantSpace
+from tuner.spaces.cpu_common import STORAGE_TYPES, check_dtype_layout
 
-__all__ = ["CpuReduceSpace", "STORAGE_TYPES", "check_dtype_layout", "REDUCE_KIND_CODES"]
+__all__ = ["CpuReduceSpace", "REDUCE_KIND_CODES"]
 
-#: storage dtype -> the C++ type the harness (kernel_templates/cpu/_harness.h) stores it as
-STORAGE_TYPES: dict[str, str] = {"f32": "float", "f16": "_Float16", "bf16": "th::bf16_t"}
 #: reduce kind -> the runtime code the kernel reads as its third dim
 REDUCE_KIND_CODES: dict[str, int] = {"sum": 0, "max": 1, "mean": 2}
 
@@ -25,14 +23,6 @@ ACCUMULATORS = (1, 2, 4, 8)
 UNROLLS = (1, 2, 4)
 #: most elements one main-loop step may cover: more only bloats code and spills registers
 MAX_STEP = 128
-
-
-def check_dtype_layout(op: str, dtype: str, layout: str, layouts: tuple[str, ...]) -> None:
-    """Raise InvalidRequestError unless the CPU templates can store ``dtype`` in ``layout``."""
-    if dtype not in STORAGE_TYPES:
-        raise InvalidRequestError("dtype", f"cpu {op} supports {sorted(STORAGE_TYPES)}, not {dtype!r}")
-    if layout not in layouts:
-        raise InvalidRequestError("layout", f"cpu {op} supports {list(layouts)}, not {layout!r}")
 
 
 class CpuReduceSpace(VariantSpace):
