@@ -1,0 +1,76 @@
+"""What every CLI command shares: the user-error type, consoles, options, server and token."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from service.client import TunehubClient
+from service.settings import Settings, get_settings
+from tuner.problems import DTYPES
+from tuner.registry import BACKENDS, STRATEGIES
+
+__all__ = [
+    "ADMIN_TOKEN_FILE", "UserError", "stdout", "stderr", "resolve_server", "resolve_token",
+    "make_client", "check_choice", "ServerOpt", "TokenOpt", "DTypeOpt", "StrategyOpt",
+    "MaxVariantsOpt", "MaxSecondsOpt", "BackendOpt", "SeedOpt", "DeviceOpt", "DimOpt",
+]
+
+#: file in the data dir holding the admin token ``tunehub serve`` creates (mode 600)
+ADMIN_TOKEN_FILE = "admin-token"
+
+stdout = Console(highlight=False)
+stderr = Console(stderr=True, highlight=False)
+
+
+class UserError(Exception):
+    """A mistake the user can fix; printed as one line, exit status 2."""
+
+
+# -- shared options -----------------------------------------------------------------------
+
+ServerOpt = Annotated[str | None, typer.Option(
+    "--server", envvar="TUNEHUB_SERVER", help="API URL (default: from settings).")]
+TokenOpt = Annotated[str | None, typer.Option(
+    "--token", envvar="TUNEHUB_TOKEN", help="API token (default: <data_dir>/admin-token).")]
+DTypeOpt = Annotated[str, typer.Option("--dtype", help=f"One of {', '.join(DTYPES)}.")]
+StrategyOpt = Annotated[str, typer.Option("--strategy", help=f"One of {', '.join(STRATEGIES)}.")]
+MaxVariantsOpt = Annotated[int | None, typer.Option("--max-variants", help="Candidates at most.")]
+MaxSecondsOpt = Annotated[float | None, typer.Option("--max-seconds", help="Seconds per problem.")]
+BackendOpt = Annotated[str, typer.Option("--backend", help=f"One of {', '.join(BACKENDS)}.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of random and model-guided search.")]
+DeviceOpt = Annotated[str | None, typer.Option(
+    "--device", help="Device: a backend (cpu, cuda) or a device key backend:name:arch:sms.")]
+DimOpt = Annotated[int, typer.Option()]
+
+
+def resolve_server(server: str | None, settings: Settings | None = None) -> str:
+    if server:
+        return server.rstrip("/")
+    settings = settings or get_settings()
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    return f"http://{host}:{settings.port}"
+
+
+def resolve_token(token: str | None, settings: Settings | None = None) -> str | None:
+    """--token, then TUNEHUB_TOKEN (typer reads it into --token), then the admin-token file."""
+    if token:
+        return token.strip()
+    path = Path((settings or get_settings()).data_dir) / ADMIN_TOKEN_FILE
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def make_client(server: str | None, token: str | None) -> TunehubClient:
+    return TunehubClient(resolve_server(server), resolve_token(token))
+
+
+def check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise UserError(f"{name} {value!r} is not one of: {', '.join(choices)}")
