@@ -6,7 +6,8 @@
 // extern "C" symbols declared below. Dims arrive at run time in problem.dim_names order
 // (reduce adds the kind code: 0 sum, 1 max, 2 mean). tunehub_run only enqueues on `stream`:
 // no synchronization, no allocation, no printing.
-#pragma once
+#ifndef TUNEHUB_ABI_CUH
+#define TUNEHUB_ABI_CUH
 
 #include <cstddef>
 #include <cstdint>
@@ -66,3 +67,5 @@ inline bool aligned_to(const void* ptr, size_t bytes) {
 }
 
 }  // namespace tunehub
+
+#endif  // TUNEHUB_ABI_CUH
