@@ -22,6 +22,7 @@ from service.schemas.common import (
 
 __all__ = [
     "OUTCOMES",
+    "Outcome",
     "MAX_MEASUREMENTS_PER_UPLOAD",
     "DeviceIn",
     "WorkerRegister",

@@ -1,0 +1,62 @@
+"""The FastAPI application.
+
+    app = create_app(settings)
+
+Refuses to start on an empty or outdated database (``tunehub db upgrade`` fixes it), unless
+``settings.migrate_on_start``. The local worker is not started here: ``tunehub serve`` runs
+it beside the app, talking to it over HTTP like any other worker.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service.db import check_revision, make_engine, make_sessionmaker, upgrade
+from service.errors import DatabaseNotMigrated, install_error_handlers
+from service.routes import configs, health, jobs, leases, measurements, tokens, workers
+from service.settings import Settings, get_settings
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "1"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app over ``settings.database_url``; raises DatabaseNotMigrated when the
+    schema is not at the head revision and ``migrate_on_start`` is off."""
+    settings = settings or get_settings()
+    engine = make_engine(settings.database_url)
+    try:
+        check_revision(engine)
+    except DatabaseNotMigrated:
+        if not settings.migrate_on_start:
+            engine.dispose()
+            raise
+        log.info("migrate_on_start: upgrading the database")
+        upgrade(settings.database_url)
+        check_revision(engine)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        engine.dispose()
+
+    app = FastAPI(
+        title="tunehub",
+        version=API_VERSION,
+        description="Kernel autotuning service: jobs, leases, measurements and best configs.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.sessionmaker = make_sessionmaker(engine)
+    install_error_handlers(app)
+    for module in (jobs, configs, measurements, workers, leases, tokens, health):
+        app.include_router(module.router)
+    return app

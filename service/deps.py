@@ -1,0 +1,79 @@
+"""FastAPI dependencies: the database session, the settings and token checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from service.auth import authenticate, has_scope
+from service.models import ApiToken
+from service.settings import Settings
+
+__all__ = [
+    "get_session",
+    "get_app_settings",
+    "SessionDep",
+    "SettingsDep",
+    "require_scope",
+    "require_read",
+]
+
+_bearer = HTTPBearer(auto_error=False, description="an API token: `Bearer th_...`")
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    session = request.app.state.sessionmaker()
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def get_app_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+SettingsDep = Annotated[Settings, Depends(get_app_settings)]
+_Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def _unauthorized(detail: str) -> HTTPException:
+    return HTTPException(401, detail=detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+def _check(
+    session: Session, credentials: HTTPAuthorizationCredentials | None, scope: str
+) -> ApiToken:
+    if credentials is None:
+        raise _unauthorized("missing token: send `Authorization: Bearer <token>`")
+    token = authenticate(session, credentials.credentials)
+    if token is None:
+        raise _unauthorized("unknown or revoked token")
+    if not has_scope(token.scopes, scope):
+        raise HTTPException(403, detail=f"this token lacks the {scope!r} scope")
+    return token
+
+
+def require_scope(scope: str) -> Callable[..., ApiToken]:
+    """A dependency that admits a token holding ``scope`` (or admin)."""
+
+    def dependency(session: SessionDep, credentials: _Credentials) -> ApiToken:
+        return _check(session, credentials, scope)
+
+    dependency.__name__ = f"require_{scope}"
+    return dependency
+
+
+def require_read(
+    session: SessionDep, settings: SettingsDep, credentials: _Credentials
+) -> ApiToken | None:
+    """Reads are open unless ``read_token_required``; a token sent anyway must be valid."""
+    if not settings.read_token_required and credentials is None:
+        return None
+    return _check(session, credentials, "read")

@@ -1,0 +1,250 @@
+"""Task leasing: claim, heartbeat, expiry and cancellation.
+
+A claim on PostgreSQL is ``SELECT ... FOR UPDATE SKIP LOCKED``; on SQLite a single guarded
+``UPDATE tasks ... WHERE id = ? AND status = 'queued'`` whose rowcount says who won. An expired
+lease goes back to the queue (``attempts`` + 1); the third expiry fails the task.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from sqlalchemy import exists, select, update
+from sqlalchemy.orm import Session
+
+from service.errors import Conflict, NotFound
+from service.keys import selector_matches
+from service.models import (
+    FINISHED_TASK_STATUSES,
+    Device,
+    Job,
+    Lease,
+    Task,
+    Worker,
+    WorkerDevice,
+    new_id,
+    utcnow,
+)
+
+__all__ = [
+    "MAX_ATTEMPTS",
+    "requeue_expired",
+    "claim_task",
+    "heartbeat",
+    "held_task",
+    "cancel_job",
+    "refresh_job_status",
+]
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3
+_CLAIM_TRIES = 32
+
+
+def _is_postgres(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def refresh_job_status(session: Session, job: Job) -> None:
+    """Move the job to running/done/failed from its tasks (a cancelled job stays cancelled)."""
+    if job.status == "cancelled":
+        return
+    statuses = list(session.scalars(select(Task.status).where(Task.job_id == job.id)))
+    if statuses and all(status in FINISHED_TASK_STATUSES for status in statuses):
+        if "done" in statuses:
+            job.status = "done"
+        else:
+            job.status = "failed"
+            job.error = job.error or "every task failed"
+    elif any(status != "queued" for status in statuses):
+        job.status = "running"
+
+
+def requeue_expired(session: Session, now: datetime | None = None) -> int:
+    """Return expired leases to the queue, or fail their tasks after MAX_ATTEMPTS; the count."""
+    now = now or utcnow()
+    expired = session.execute(
+        select(Task.id, Task.lease_id, Task.attempts, Task.job_id).where(
+            Task.status == "running", Task.lease_expires_at < now
+        )
+    ).all()
+    moved = 0
+    for task_id, lease_id, attempts, job_id in expired:
+        failed = attempts + 1 >= MAX_ATTEMPTS
+        values = {
+            "attempts": attempts + 1,
+            "status": "failed" if failed else "queued",
+            "lease_id": lease_id if failed else None,
+            "lease_owner": None,
+            "lease_expires_at": None,
+            "error": f"lease expired {attempts + 1} times (worker lost?)" if failed else None,
+        }
+        result = session.execute(
+            update(Task)
+            .where(Task.id == task_id, Task.status == "running", Task.lease_id == lease_id)
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount == 1:  # type: ignore[attr-defined]
+            moved += 1
+            log.info("task %s: lease %s expired (%s)", task_id, lease_id, values["status"])
+            if failed:
+                job = session.get(Job, job_id)
+                if job is not None:
+                    refresh_job_status(session, job)
+    return moved
+
+
+def _matching_jobs(session: Session, worker: Worker, backends: Sequence[str]) -> list[str]:
+    devices = list(
+        session.scalars(
+            select(Device)
+            .join(WorkerDevice, WorkerDevice.device_id == Device.id)
+            .where(WorkerDevice.worker_id == worker.id)
+        )
+    )
+    has_queued = exists().where(Task.job_id == Job.id, Task.status == "queued")
+    jobs = session.execute(
+        select(Job.id, Job.device)
+        .where(Job.status.in_(("queued", "running")), Job.backend.in_(list(backends)), has_queued)
+        .order_by(Job.created_at, Job.id)
+    ).all()
+    return [
+        job_id
+        for job_id, selector in jobs
+        if any(selector_matches(selector, d.backend, d.name, d.arch) for d in devices)
+    ]
+
+
+def claim_task(
+    session: Session, worker: Worker, backends: Sequence[str], lease_seconds: int
+) -> tuple[Lease, Task, Job] | None:
+    """Lease the oldest queued task this worker's devices can run, or None. Commits nothing."""
+    now = utcnow()
+    requeue_expired(session, now)
+    job_ids = _matching_jobs(session, worker, backends)
+    if not job_ids:
+        return None
+    expires = now + timedelta(seconds=lease_seconds)
+    lease = Lease(id=new_id(), task_id="", worker_id=worker.id, created_at=now)
+    claimed: Task | None = None
+    candidates = (
+        select(Task)
+        .join(Job, Job.id == Task.job_id)
+        .where(Task.job_id.in_(job_ids), Task.status == "queued")
+        .order_by(Job.created_at, Task.job_id, Task.position)
+    )
+    if _is_postgres(session):
+        claimed = session.scalars(
+            candidates.limit(1).with_for_update(skip_locked=True, of=Task)
+        ).first()
+        if claimed is not None:
+            claimed.status, claimed.lease_id = "running", lease.id
+            claimed.lease_owner, claimed.lease_expires_at = worker.id, expires
+            claimed.progress_done = claimed.progress_total = 0
+    else:
+        for task_id in session.scalars(candidates.with_only_columns(Task.id).limit(_CLAIM_TRIES)):
+            result = session.execute(
+                update(Task)
+                .where(Task.id == task_id, Task.status == "queued")
+                .values(
+                    status="running",
+                    lease_id=lease.id,
+                    lease_owner=worker.id,
+                    lease_expires_at=expires,
+                    progress_done=0,
+                    progress_total=0,
+                )
+                .execution_options(synchronize_session=False)
+            )
+            if result.rowcount == 1:  # type: ignore[attr-defined]
+                claimed = session.get(Task, task_id, populate_existing=True)
+                break
+    if claimed is None:
+        return None
+    lease.task_id = claimed.id
+    session.add(lease)
+    job = session.get(Job, claimed.job_id)
+    assert job is not None
+    if job.status == "queued":
+        job.status = "running"
+    worker.last_seen_at = now
+    session.flush()
+    return lease, claimed, job
+
+
+def _lease(session: Session, lease_id: str) -> Lease | None:
+    if not lease_id or len(lease_id) > 64 or "\x00" in lease_id:
+        return None
+    return session.get(Lease, lease_id)
+
+
+def held_task(session: Session, lease_id: str) -> tuple[Lease, Task]:
+    """The lease and its task; 404 for an unknown lease, 409 when the lease is no longer held."""
+    lease = _lease(session, lease_id)
+    if lease is None:
+        raise NotFound(f"lease {lease_id!r} not found")
+    task = session.get(Task, lease.task_id)
+    if task is None:
+        raise NotFound(f"task of lease {lease_id!r} not found")
+    if task.lease_id != lease.id:
+        raise Conflict(f"lease {lease_id} is no longer held: the task was leased again")
+    return lease, task
+
+
+def heartbeat(
+    session: Session, lease_id: str, done: int, total: int, lease_seconds: int
+) -> tuple[datetime, bool]:
+    """Extend a held lease; returns (expires_at, cancelled). Commits nothing."""
+    now = utcnow()
+    lease = _lease(session, lease_id)
+    if lease is None:
+        raise NotFound(f"lease {lease_id!r} not found")
+    task = session.get(Task, lease.task_id)
+    if task is None:
+        raise NotFound(f"task of lease {lease_id!r} not found")
+    expires = now + timedelta(seconds=lease_seconds)
+    if task.status == "queued" and task.lease_id is None:
+        # expired and requeued, but nobody took it yet: the same worker may carry on
+        latest = session.scalar(
+            select(Lease.id).where(Lease.task_id == task.id).order_by(Lease.created_at.desc())
+        )
+        if latest == lease.id:
+            result = session.execute(
+                update(Task)
+                .where(Task.id == task.id, Task.status == "queued", Task.lease_id.is_(None))
+                .values(status="running", lease_id=lease.id, lease_owner=lease.worker_id)
+                .execution_options(synchronize_session=False)
+            )
+            if result.rowcount == 1:  # type: ignore[attr-defined]
+                session.refresh(task)
+    if task.lease_id != lease.id:
+        raise Conflict(f"lease {lease_id} is no longer held: the task was leased again")
+    if task.status == "cancelled":
+        return task.lease_expires_at or now, True
+    if task.status != "running":
+        raise Conflict(f"lease {lease_id} is finished: the task is {task.status}")
+    task.lease_expires_at = expires
+    task.progress_done, task.progress_total = min(done, max(total, done)), max(total, done)
+    worker = session.get(Worker, lease.worker_id)
+    if worker is not None:
+        worker.last_seen_at = now
+    session.flush()
+    return expires, False
+
+
+def cancel_job(session: Session, job: Job) -> None:
+    """Cancel the job and its unfinished tasks; running leases learn it at their next heartbeat."""
+    if job.status in ("done", "failed", "cancelled"):
+        return
+    job.status = "cancelled"
+    session.execute(
+        update(Task)
+        .where(Task.job_id == job.id, Task.status.in_(("queued", "running")))
+        .values(status="cancelled", updated_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    session.flush()

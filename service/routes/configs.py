@@ -1,0 +1,129 @@
+"""``/v1/configs``: best-config lookups (one or a batch), and export/import of best configs."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from service.deps import SessionDep, require_read, require_scope
+from service.errors import ApiError, InvalidInput
+from service.lookup import find_best
+from service.schemas.configs import (
+    BestConfigOut,
+    ConfigQueryBatch,
+    ConfigQueryResults,
+    ImportSummary,
+)
+from service.transfer import export_lines, import_lines
+from service.validation import check_layout, parse_problem, query_dims
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["configs"])
+
+OpName = Literal["gemm", "conv2d", "reduce", "softmax"]
+DTypeName = Literal["f16", "bf16", "f32"]
+_KNOWN_QUERY = {"op", "dtype", "layout", "device", "backend", "toolchain"}
+MAX_IMPORT_BYTES = 64 * 1024 * 1024
+
+
+@router.get(
+    "/v1/configs/best",
+    response_model=BestConfigOut,
+    dependencies=[Depends(require_read)],
+    responses={404: {"description": "not tuned yet, and no tuned problem near it"}},
+)
+def best_config(
+    request: Request,
+    session: SessionDep,
+    op: OpName,
+    dtype: DTypeName,
+    layout: str | None = None,
+    device: str | None = None,
+    backend: Literal["cpu", "cuda"] | None = None,
+    toolchain: str | None = None,
+) -> dict[str, Any]:
+    """The winner for a problem given as query dims (``m=&n=&k=``, ``kind=`` for reduce).
+
+    ``exact`` is false when the answer comes from the nearest tuned problem (``distance`` in
+    log2 space of the dims)."""
+    layout = check_layout(op, layout, ["query", "layout"])
+    problem = parse_problem(op, query_dims(request.query_params, _KNOWN_QUERY), ["query"])
+    return find_best(
+        session,
+        op=op,
+        dtype=dtype,
+        layout=layout,
+        problem=problem,
+        device=device,
+        backend=backend,
+        toolchain=toolchain,
+    )
+
+
+@router.post(
+    "/v1/configs/query", response_model=ConfigQueryResults, dependencies=[Depends(require_read)]
+)
+def query_configs(body: ConfigQueryBatch, session: SessionDep) -> dict[str, Any]:
+    """Many lookups in one request; each answer is the best config or null with an error."""
+    results: list[dict[str, Any]] = []
+    for index, query in enumerate(body.queries):
+        try:
+            layout = check_layout(query.op, query.layout, ["body", "queries", index, "layout"])
+            problem = parse_problem(query.op, query.problem, ["body", "queries", index, "problem"])
+            answer = find_best(
+                session,
+                op=query.op,
+                dtype=query.dtype,
+                layout=layout,
+                problem=problem,
+                device=query.device,
+                backend=query.backend,
+                toolchain=query.toolchain,
+            )
+            results.append({"result": answer, "error": None})
+        except InvalidInput as exc:
+            results.append(
+                {"result": None, "error": f"{'.'.join(map(str, exc.loc))}: {exc.detail}"}
+            )
+        except ApiError as exc:
+            results.append({"result": None, "error": exc.detail})
+    return {"results": results}
+
+
+@router.get(
+    "/v1/export",
+    dependencies=[Depends(require_read)],
+    response_class=StreamingResponse,
+    responses={200: {"content": {"application/x-ndjson": {}}}},
+)
+def export_configs(session: SessionDep) -> StreamingResponse:
+    """Every best config with its measurement, device, toolchain and variant, one per line."""
+    lines = list(export_lines(session))
+    return StreamingResponse(iter(lines), media_type="application/x-ndjson")
+
+
+@router.post(
+    "/v1/import", response_model=ImportSummary, dependencies=[Depends(require_scope("admin"))]
+)
+async def import_configs(request: Request) -> dict[str, Any]:
+    """Merge JSON lines from ``/v1/export``: per key the faster verified median wins, and the
+    stored row stays unless the imported one is more than 2% faster. All or nothing."""
+    raw = await request.body()
+    if len(raw) > MAX_IMPORT_BYTES:
+        raise InvalidInput(["body"], f"larger than {MAX_IMPORT_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(["body"], "must be UTF-8 JSON lines") from None
+    return await run_in_threadpool(_import, request.app.state.sessionmaker, text)
+
+
+def _import(sessionmaker: Any, text: str) -> dict[str, int]:
+    with sessionmaker() as session:
+        counts = import_lines(session, text)
+        session.commit()
+        return counts

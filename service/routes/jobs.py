@@ -1,0 +1,99 @@
+"""``/v1/jobs``: submit, list, show and cancel tuning jobs."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query, status
+from sqlalchemy import select
+
+from service.deps import SessionDep, require_read, require_scope
+from service.errors import NotFound
+from service.models import Job, Task
+from service.queue import cancel_job
+from service.schemas.jobs import JobCreate, JobList, JobOut
+from service.validation import parse_problem, usable_id
+from service.views import job_dict
+
+__all__ = ["router"]
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
+OpName = Literal["gemm", "conv2d", "reduce", "softmax"]
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobOut,
+    dependencies=[Depends(require_scope("submit"))],
+)
+def submit_job(body: JobCreate, session: SessionDep) -> dict[str, Any]:
+    """Queue a tuning job: one task per problem. Nothing is stored when any field is bad."""
+    problems = [
+        parse_problem(body.op, fields, ["body", "problems", index])
+        for index, fields in enumerate(body.problems)
+    ]
+    assert body.layout is not None
+    selector = body.device.model_dump(exclude_none=True)
+    job = Job(
+        op=body.op,
+        dtype=body.dtype,
+        layout=body.layout,
+        device=selector,
+        backend=body.device.backend,
+        strategy=body.strategy,
+        budget=body.budget.model_dump(),
+        objective=body.objective,
+        seed=body.seed,
+    )
+    session.add(job)
+    session.flush()
+    for position, problem in enumerate(problems):
+        session.add(
+            Task(
+                job_id=job.id, position=position, problem=problem.dims(), problem_key=problem.key()
+            )
+        )
+    session.commit()
+    log.info("job %s: %s %s %s, %d problems", job.id, job.op, job.dtype, job.layout, len(problems))
+    return job_dict(session, job, with_problems=True)
+
+
+@router.get("", response_model=JobList, dependencies=[Depends(require_read)])
+def list_jobs(
+    session: SessionDep,
+    status: JobStatus | None = None,
+    op: OpName | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    query = select(Job).order_by(Job.created_at.desc(), Job.id).limit(limit)
+    if status is not None:
+        query = query.where(Job.status == status)
+    if op is not None:
+        query = query.where(Job.op == op)
+    return {"jobs": [job_dict(session, job, with_problems=False) for job in session.scalars(query)]}
+
+
+def _job(session: SessionDep, job_id: str) -> Job:
+    job = session.get(Job, job_id) if usable_id(job_id) else None
+    if job is None:
+        raise NotFound(f"job {job_id!r} not found")
+    return job
+
+
+@router.get("/{job_id}", response_model=JobOut, dependencies=[Depends(require_read)])
+def get_job(job_id: str, session: SessionDep) -> dict[str, Any]:
+    return job_dict(session, _job(session, job_id), with_problems=True)
+
+
+@router.delete("/{job_id}", response_model=JobOut, dependencies=[Depends(require_scope("submit"))])
+def delete_job(job_id: str, session: SessionDep) -> dict[str, Any]:
+    """Cancel the job: unfinished tasks become cancelled; a finished job is left as it is."""
+    job = _job(session, job_id)
+    cancel_job(session, job)
+    session.commit()
+    return job_dict(session, job, with_problems=True)

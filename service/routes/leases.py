@@ -1,0 +1,92 @@
+"""``/v1/leases``: a worker leases a task, heartbeats, and uploads its results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Response, status
+
+from service.deps import SessionDep, SettingsDep, require_scope
+from service.errors import NotFound
+from service.models import Worker
+from service.queue import claim_task, heartbeat
+from service.results import store_results
+from service.schemas.worker import (
+    HeartbeatIn,
+    HeartbeatOut,
+    LeaseOut,
+    LeaseRequest,
+    ResultsIn,
+    ResultsOut,
+)
+from service.validation import usable_id
+
+__all__ = ["router"]
+
+router = APIRouter(
+    prefix="/v1/leases", tags=["leases"], dependencies=[Depends(require_scope("worker"))]
+)
+
+
+@router.post(
+    "",
+    response_model=LeaseOut,
+    responses={204: {"description": "no queued task matches this worker's devices"}},
+)
+def lease_task(
+    body: LeaseRequest, session: SessionDep, settings: SettingsDep
+) -> dict[str, Any] | Response:
+    worker = session.get(Worker, body.worker_id) if usable_id(body.worker_id) else None
+    if worker is None:
+        raise NotFound(f"worker {body.worker_id!r} not found; register with POST /v1/workers")
+    claimed = claim_task(session, worker, body.backends, settings.lease_seconds)
+    if claimed is None:
+        session.commit()  # expired leases may have been requeued
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
+    lease, task, job = claimed
+    session.commit()
+    return {
+        "lease_id": lease.id,
+        "expires_at": task.lease_expires_at,
+        "task": {
+            "task_id": task.id,
+            "job_id": job.id,
+            "op": job.op,
+            "dtype": job.dtype,
+            "layout": job.layout,
+            "problem": task.problem,
+            "device": job.device,
+            "strategy": job.strategy,
+            "budget": job.budget,
+            "objective": job.objective,
+            "seed": job.seed,
+        },
+    }
+
+
+@router.post(
+    "/{lease_id}/heartbeat",
+    response_model=HeartbeatOut,
+    responses={409: {"description": "the lease is no longer held"}},
+)
+def lease_heartbeat(
+    lease_id: str, body: HeartbeatIn, session: SessionDep, settings: SettingsDep
+) -> dict[str, Any]:
+    expires_at, cancelled = heartbeat(
+        session, lease_id, body.done, body.total, settings.lease_seconds
+    )
+    session.commit()
+    return {"expires_at": expires_at, "cancelled": cancelled}
+
+
+@router.post(
+    "/{lease_id}/results",
+    response_model=ResultsOut,
+    responses={409: {"description": "the lease is no longer held, or already final"}},
+)
+def lease_results(lease_id: str, body: ResultsIn, session: SessionDep) -> dict[str, Any]:
+    """Store a batch of measurements; ``final`` ends the task and upserts the best config in
+    the same transaction."""
+    answer = store_results(session, lease_id, body)
+    session.commit()
+    return answer

@@ -1,0 +1,37 @@
+"""``/v1/workers``: a worker registers itself and its devices."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, status
+
+from service.deps import SessionDep, require_scope
+from service.keys import device_row
+from service.models import Worker, WorkerDevice
+from service.schemas.worker import WorkerOut, WorkerRegister
+from service.views import device_dict
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/workers", tags=["workers"])
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=WorkerOut,
+    dependencies=[Depends(require_scope("worker"))],
+)
+def register_worker(body: WorkerRegister, session: SessionDep) -> dict[str, Any]:
+    worker = Worker(name=body.name)
+    session.add(worker)
+    session.flush()
+    devices = []
+    for item in body.devices:
+        device = device_row(session, **item.model_dump())
+        if device.id not in {d.id for d in devices}:
+            devices.append(device)
+            session.add(WorkerDevice(worker_id=worker.id, device_id=device.id))
+    session.commit()
+    return {"id": worker.id, "name": worker.name, "devices": [device_dict(d) for d in devices]}

@@ -1,0 +1,137 @@
+"""Rows to response dicts (shared by the routes, export and the job view)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.models import Device, Job, Measurement, Task, Toolchain, Variant
+
+__all__ = [
+    "device_dict",
+    "toolchain_dict",
+    "winner_dict",
+    "measurement_dict",
+    "job_dict",
+    "count_by",
+]
+
+
+def device_dict(device: Device) -> dict[str, Any]:
+    return {
+        "backend": device.backend,
+        "name": device.name,
+        "arch": device.arch,
+        "sm_count": device.sm_count,
+        "driver": device.driver,
+        "runtime": device.runtime,
+        "memory_bytes": device.memory_bytes,
+        "key": device.key(),
+    }
+
+
+def toolchain_dict(toolchain: Toolchain) -> dict[str, Any]:
+    return {
+        "compiler": toolchain.compiler,
+        "template_version": toolchain.template_version,
+        "libraries": dict(toolchain.libraries or {}),
+        "key": toolchain.key,
+    }
+
+
+def winner_dict(measurement: Measurement, variant: Variant) -> dict[str, Any]:
+    return {
+        "variant_id": variant.id,
+        "variant_name": variant.name,
+        "params": variant.params,
+        "median_us": measurement.median_us,
+        "throughput": measurement.throughput,
+        "throughput_unit": measurement.throughput_unit,
+    }
+
+
+def measurement_dict(
+    measurement: Measurement, variant: Variant, device: Device, toolchain: Toolchain
+) -> dict[str, Any]:
+    return {
+        "id": measurement.id,
+        "job_id": measurement.job_id,
+        "task_id": measurement.task_id,
+        "op": measurement.op,
+        "dtype": measurement.dtype,
+        "layout": measurement.layout,
+        "problem": measurement.problem,
+        "variant_id": variant.id,
+        "variant_name": variant.name,
+        "params": variant.params,
+        "outcome": measurement.outcome,
+        "median_us": measurement.median_us,
+        "p20_us": measurement.p20_us,
+        "p80_us": measurement.p80_us,
+        "min_us": measurement.min_us,
+        "reps": measurement.reps,
+        "throughput": measurement.throughput,
+        "throughput_unit": measurement.throughput_unit,
+        "compile_seconds": measurement.compile_seconds,
+        "log": measurement.log,
+        "provenance": measurement.provenance,
+        "suspect": measurement.suspect,
+        "device": device_dict(device),
+        "toolchain": toolchain_dict(toolchain),
+        "created_at": measurement.created_at,
+    }
+
+
+def job_dict(session: Session, job: Job, *, with_problems: bool) -> dict[str, Any]:
+    """The job with its progress; per-problem status and winner when ``with_problems``."""
+    tasks = list(session.scalars(select(Task).where(Task.job_id == job.id).order_by(Task.position)))
+    finished = sum(task.status in ("done", "failed", "cancelled") for task in tasks)
+    body: dict[str, Any] = {
+        "id": job.id,
+        "status": job.status,
+        "op": job.op,
+        "dtype": job.dtype,
+        "layout": job.layout,
+        "device": job.device,
+        "strategy": job.strategy,
+        "budget": job.budget,
+        "objective": job.objective,
+        "seed": job.seed,
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
+        "error": job.error,
+        "total_tasks": len(tasks),
+        "progress": {
+            "tasks_done": finished,
+            "tasks_total": len(tasks),
+            "candidates_done": sum(task.progress_done for task in tasks),
+            "candidates_total": sum(task.progress_total for task in tasks),
+        },
+    }
+    if with_problems:
+        winner_ids = [task.winner_measurement_id for task in tasks if task.winner_measurement_id]
+        winners: dict[int, dict[str, Any]] = {}
+        if winner_ids:
+            rows = session.execute(
+                select(Measurement, Variant)
+                .join(Variant, Variant.id == Measurement.variant_id)
+                .where(Measurement.id.in_(winner_ids))
+            ).all()
+            winners = {m.id: winner_dict(m, v) for m, v in rows}
+        body["problems"] = [
+            {
+                "task_id": task.id,
+                "problem": task.problem,
+                "status": task.status,
+                "winner": winners.get(task.winner_measurement_id or -1),
+                "error": task.error,
+            }
+            for task in tasks
+        ]
+    return body
+
+
+def count_by(session: Session, column: Any) -> dict[str, int]:
+    return {key: n for key, n in session.execute(select(column, func.count()).group_by(column))}
