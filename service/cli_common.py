@@ -44,7 +44,7 @@ MaxSecondsOpt = Annotated[float | None, typer.Option("--max-seconds", help="Seco
 BackendOpt = Annotated[str, typer.Option("--backend", help=f"One of {', '.join(BACKENDS)}.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of random and model-guided search.")]
 DeviceOpt = Annotated[str | None, typer.Option(
-    "--device", help="Device: a backend (cpu, cuda) or a device key backend:name:arch:sms.")]
+    "--device", help="A backend (cpu, cuda), a device key or part of a device name.")]
 DimOpt = Annotated[int, typer.Option()]
 
 

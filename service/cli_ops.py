@@ -112,8 +112,10 @@ def _best_command(op: str, dims: dict[str, Any], *, dtype: str, layout: str | No
     problem = _problem_dims(op, dims)
     with make_client(server, token) as client:
         try:
-            answer = client.best_config(op=op, dtype=dtype, layout=layout, device=device,
-                                        dims=problem)
+            # a bare backend name selects every device of that backend
+            backend = device if device in BACKENDS else None
+            answer = client.best_config(op=op, dtype=dtype, layout=layout, dims=problem,
+                                        device=None if backend else device, backend=backend)
         except ApiError as exc:
             if exc.status != 404:
                 raise

@@ -268,7 +268,7 @@ def run_demo(data_dir: Path, console: Console, max_variants: int | None = None) 
                             max_variants=max_variants, console=console)
             try:
                 answer = client.best_config(op="reduce", dtype="f32", dims=DEMO_PROBLEM,
-                                            device="cpu")
+                                            backend="cpu")
             except ApiError as exc:
                 console.print(f"GET /v1/configs/best: HTTP {exc.status}: {exc.detail}")
                 return 1

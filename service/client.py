@@ -196,9 +196,14 @@ class TunehubClient:
         dims: Mapping[str, Any],
         layout: str | None = None,
         device: str | None = None,
+        backend: str | None = None,
+        toolchain: str | None = None,
     ) -> dict[str, Any]:
-        """GET /v1/configs/best; a shape nobody tuned raises ApiError with status 404."""
-        params = {"op": op, "dtype": dtype, "layout": layout, "device": device, **dims}
+        """GET /v1/configs/best; a shape nobody tuned raises ApiError with status 404.
+
+        ``device`` is a device key (``backend:name:arch:sms``) or part of a device name."""
+        params = {"op": op, "dtype": dtype, "layout": layout, "device": device,
+                  "backend": backend, "toolchain": toolchain, **dims}
         return self._request("GET", "/v1/configs/best", params=params)
 
     def query_configs(self, queries: Sequence[Mapping[str, Any]]) -> Any:
