@@ -1,0 +1,235 @@
+"""CUDA GEMM variants from CUTLASS: 3.x TMA + wgmma kernels on sm_90, 2.x kernels on sm_80-class.
+
+    space = CudaGemmSpace()
+    for params in space.enumerate("f16", "rcr", "sm_90"): ...   # strongest candidates first
+    space.prune(params, GemmProblem(4096, 4096, 4096), "f16", "rcr")  # None or a reason
+
+The sm_90 space crosses tile M/N/K, cluster shape, kernel schedule (cooperative, ping-pong,
+CUTLASS's auto), tile scheduler (persistent or stream-K), raster order and swizzle. Whatever
+cannot compile or cannot run well on any shape is left out of ``enumerate`` (accumulator
+registers, shared memory, schedule rules); what depends on the shape (alignment) is ``prune``.
+The order puts a short list of proven configurations first (the DESIGN anchors), then the
+rest by how often such a choice wins, so a capped search (``DEFAULT_MAX_VARIANTS``) still
+sees the strong ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from tuner.errors import InvalidRequestError
+from tuner.problems import GemmProblem, Problem
+from tuner.spaces._cutlass_common import (
+    SM90_SMEM_BYTES,
+    check_dtype,
+    elements_per_16_bytes,
+    sm80_class_smem_bytes,
+    sm_number,
+)
+from tuner.spaces.base import Params, VariantSpace
+
+__all__ = ["CudaGemmSpace", "DEFAULT_MAX_VARIANTS", "SM90_SEEDS"]
+
+#: a sensible cap for one problem's search when the request names none
+DEFAULT_MAX_VARIANTS = 16
+
+_SM90_TILE_MN = (64, 128, 256)
+_SM90_TILE_K = (64, 128)
+_SM90_CLUSTERS = ((2, 1), (1, 1), (1, 2))
+_SM90_SCHEDULES = ("coop", "pingpong", "auto")
+_SM90_SCHEDULERS = ("persistent", "streamk")
+_SM90_RASTERS = ("auto", "n", "m")
+_SM90_SWIZZLES = (1, 2, 4, 8)
+#: f32 accumulators per thread above which the kernel spills (one wgmma warpgroup = 128 threads)
+_MAX_ACCUMULATORS_PER_THREAD = 128
+#: shared memory the TMA epilogue keeps beside the mainloop stages (bytes, generous)
+_TMA_EPILOGUE_SMEM = 16 * 1024
+
+_SM80_TILE_MN = (64, 128, 256)
+_SM80_TILE_K = (32, 64)
+_SM80_STAGES = (3, 4, 5)
+_SM80_SPLIT_K = (1, 2, 4)
+_SM80_SWIZZLES = (1, 4)
+
+_LAYOUTS = ("rcr", "rrr")
+
+#: proven sm_90 configurations tried first: (tile, cluster, schedule, scheduler)
+SM90_SEEDS: tuple[tuple[tuple[int, int, int], tuple[int, int], str, str], ...] = (
+    ((128, 256, 64), (2, 1), "coop", "persistent"),  # big shapes (776 TFLOP/s at 8192^3)
+    ((64, 128, 64), (1, 1), "pingpong", "persistent"),  # m <= 128
+    ((128, 128, 64), (1, 1), "coop", "persistent"),
+    ((256, 128, 64), (1, 2), "coop", "persistent"),
+    ((128, 256, 64), (1, 1), "coop", "streamk"),  # skinny or deep: few output tiles
+    ((64, 256, 64), (1, 1), "pingpong", "persistent"),
+    ((128, 128, 64), (2, 1), "pingpong", "persistent"),
+    ((128, 128, 64), (1, 1), "coop", "streamk"),
+    ((64, 64, 64), (1, 1), "pingpong", "persistent"),
+    ((128, 256, 64), (2, 1), "auto", "persistent"),
+    ((128, 128, 128), (1, 1), "coop", "persistent"),
+    ((64, 128, 128), (1, 2), "pingpong", "persistent"),
+)
+
+
+def _effective_schedule(schedule: str, tile_m: int) -> str:
+    # CUTLASS's auto schedule is cooperative for tile M >= 128, else ping-pong
+    if schedule == "auto":
+        return "coop" if tile_m >= 128 else "pingpong"
+    return schedule
+
+
+def sm90_static_reason(params: Params) -> str | None:
+    """Why an sm_90 parameter set cannot build or run well on any shape (None if it can)."""
+    tm, tn, tk = params["tile_m"], params["tile_n"], params["tile_k"]
+    schedule = _effective_schedule(params["schedule"], tm)
+    if schedule == "coop":
+        if tm < 128:
+            return "cooperative needs tile M >= 128 (two consumer warpgroups split M)"
+        if tm * tn // 256 > _MAX_ACCUMULATORS_PER_THREAD:
+            return "cooperative tile holds too many accumulators per thread"
+    elif tm * tn // 128 > _MAX_ACCUMULATORS_PER_THREAD:
+        return "ping-pong tile holds too many accumulators per thread"
+    if params["scheduler"] == "streamk" and schedule != "coop":
+        return "stream-K needs the cooperative schedule"
+    epilogue = 0 if params["schedule"] == "auto" else _TMA_EPILOGUE_SMEM
+    if 2 * (tm + tn) * tk * 2 + epilogue > SM90_SMEM_BYTES:
+        return "two pipeline stages do not fit in shared memory"
+    return None
+
+
+def sm80_static_reason(params: Params, sm: int) -> str | None:
+    tm, tn, tk = params["tile_m"], params["tile_n"], params["tile_k"]
+    if tm * tn > 256 * 128:
+        return "tile holds too many accumulators"
+    if params["stages"] * (tm + tn) * tk * 2 > sm80_class_smem_bytes(sm):
+        return f"{params['stages']} stages do not fit in sm_{sm} shared memory"
+    return None
+
+
+def _sm90_rank(params: Params) -> tuple[Any, ...]:
+    seed_key = (
+        (params["tile_m"], params["tile_n"], params["tile_k"]),
+        (params["cluster_m"], params["cluster_n"]),
+        params["schedule"],
+        params["scheduler"],
+    )
+    default_order = params["raster"] == "auto" and params["swizzle"] == 1
+    seed = SM90_SEEDS.index(seed_key) if seed_key in SM90_SEEDS else len(SM90_SEEDS)
+    return (
+        0 if (seed < len(SM90_SEEDS) and default_order) else 1,
+        seed if default_order else len(SM90_SEEDS),
+        _SM90_SWIZZLES.index(params["swizzle"]),
+        _SM90_RASTERS.index(params["raster"]),
+        _SM90_SCHEDULERS.index(params["scheduler"]),
+        _SM90_TILE_K.index(params["tile_k"]),
+        _SM90_SCHEDULES.index(params["schedule"]),
+        _SM90_CLUSTERS.index((params["cluster_m"], params["cluster_n"])),
+        abs(params["tile_m"] * params["tile_n"] - 128 * 256),
+        params["tile_m"],
+    )
+
+
+def _sm90_params() -> list[Params]:
+    out: list[Params] = []
+    for tm, tn, tk, (cm, cn), schedule, scheduler, raster, swizzle in itertools.product(
+        _SM90_TILE_MN, _SM90_TILE_MN, _SM90_TILE_K, _SM90_CLUSTERS, _SM90_SCHEDULES,
+        _SM90_SCHEDULERS, _SM90_RASTERS, _SM90_SWIZZLES,
+    ):
+        params: Params = {
+            "family": "sm90", "tile_m": tm, "tile_n": tn, "tile_k": tk, "cluster_m": cm,
+            "cluster_n": cn, "schedule": schedule, "scheduler": scheduler, "raster": raster,
+            "swizzle": swizzle,
+        }
+        if sm90_static_reason(params) is None:
+            out.append(params)
+    return sorted(out, key=_sm90_rank)
+
+
+def _sm80_params(sm: int) -> list[Params]:
+    out: list[Params] = []
+    for tk, tm, tn, stages, split_k, swizzle in itertools.product(
+        _SM80_TILE_K, _SM80_TILE_MN, _SM80_TILE_MN, _SM80_STAGES, _SM80_SPLIT_K, _SM80_SWIZZLES
+    ):
+        params: Params = {
+            "family": "sm80", "tile_m": tm, "tile_n": tn, "tile_k": tk,
+            "warp_m": 64 if tm >= 128 else 32, "warp_n": 64 if tn >= 128 else 32,
+            "stages": stages, "split_k": split_k, "swizzle": swizzle,
+        }
+        if sm80_static_reason(params, sm) is None:
+            out.append(params)
+
+    def rank(p: Params) -> tuple[Any, ...]:
+        return (p["split_k"], p["swizzle"], abs(p["tile_m"] * p["tile_n"] - 128 * 128),
+                p["tile_k"] != 32, abs(p["stages"] - 4), p["tile_m"], p["tile_n"], p["stages"])
+
+    return sorted(out, key=rank)
+
+
+class CudaGemmSpace(VariantSpace):
+    """GEMM on CUDA through CUTLASS; the template follows the arch (see ``template_for``)."""
+
+    op = "gemm"
+    backend = "cuda"
+    template = "cuda/gemm_sm90.cu.j2"
+    sm80_template = "cuda/gemm_sm80.cu.j2"
+    default_max_variants = DEFAULT_MAX_VARIANTS
+
+    def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
+        check_dtype(dtype, "gemm")
+        if layout not in _LAYOUTS:
+            raise InvalidRequestError(
+                "layout", f"the CUTLASS gemm takes {_LAYOUTS}, not {layout!r}"
+            )
+        sm = sm_number(arch)
+        if sm == 90:
+            return iter(_sm90_params())
+        if sm in (80, 86, 87, 89):
+            return iter(_sm80_params(sm))
+        raise InvalidRequestError("device.arch", f"no CUTLASS gemm templates for {arch} (sm_80-90)")
+
+    def template_for(self, params: Params) -> str:
+        return self.template if params["family"] == "sm90" else self.sm80_template
+
+    def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
+        if not isinstance(problem, GemmProblem):
+            return "not a gemm problem"
+        align = elements_per_16_bytes(dtype)
+        # C/D rows need n; A (row-major) and B (column-major) rows need k; B row-major needs n
+        for dim in ("k", "n") + (("m",) if layout[0] == "c" else ()):
+            if getattr(problem, dim) % align:
+                return f"{dim}={getattr(problem, dim)} is not a multiple of {align} (16-byte loads)"
+        if params["family"] == "sm80" and params["split_k"] > 1:
+            if problem.k < params["split_k"] * params["tile_k"] * 2:
+                return f"k={problem.k} is too short to split {params['split_k']} ways"
+        return None
+
+    def name(self, params: Params, dtype: str, layout: str) -> str:
+        tile = f"{params['tile_m']}x{params['tile_n']}x{params['tile_k']}"
+        head = f"gemm_{dtype}_{layout}_{tile}"
+        if params["family"] == "sm90":
+            parts = [head, f"c{params['cluster_m']}x{params['cluster_n']}", params["schedule"]]
+            if params["scheduler"] == "streamk":
+                parts.append("streamk")
+            if params["raster"] != "auto":
+                parts.append(f"r{params['raster']}")
+            if params["swizzle"] != 1:
+                parts.append(f"sw{params['swizzle']}")
+            return "_".join(parts)
+        parts = [head, f"w{params['warp_m']}x{params['warp_n']}", f"s{params['stages']}"]
+        if params["split_k"] > 1:
+            parts.append(f"sk{params['split_k']}")
+        if params["swizzle"] != 1:
+            parts.append(f"sw{params['swizzle']}")
+        return "_".join(parts)
+
+    def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
+        name = self.name(params, dtype, layout)
+        return {**params, "dtype": dtype, "layout": layout, "name": name}
+
+
+def iter_names(dtype: str, layout: str, arch: str) -> Iterator[str]:
+    """Every variant name of the space, in order (for docs and quick inspection)."""
+    space = CudaGemmSpace()
+    for params in space.enumerate(dtype, layout, arch):
+        yield space.name(params, dtype, layout)
