@@ -13,6 +13,7 @@ STORAGE_TYPES: dict[str, str] = {"f32": "float", "f16": "_Float16", "bf16": "th:
 def check_dtype_layout(op: str, dtype: str, layout: str, layouts: tuple[str, ...]) -> None:
     """Raise InvalidRequestError unless the CPU templates can store ``dtype`` in ``layout``."""
     if dtype not in STORAGE_TYPES:
-        raise InvalidRequestError("dtype", f"cpu {op} supports {sorted(STORAGE_TYPES)}, not {dtype!r}")
+        supported = sorted(STORAGE_TYPES)
+        raise InvalidRequestError("dtype", f"cpu {op} supports {supported}, not {dtype!r}")
     if layout not in layouts:
         raise InvalidRequestError("layout", f"cpu {op} supports {list(layouts)}, not {layout!r}")

@@ -1,0 +1,320 @@
+"""The CPU backend: g++ builds one harness executable per variant, a subprocess measures it.
+
+Every executable includes ``kernel_templates/cpu/_harness.h`` (its top documents the command
+line and the template contract). ``run`` writes random inputs to a private folder once per
+problem, runs the executable with a timeout (never through a shell), verifies the output it
+wrote against :mod:`tuner.reference` and only then turns its samples into a timing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tuner.backends import cpu_host
+from tuner.backends.base import Backend
+from tuner.compile import CompileCache, build_variants
+from tuner.errors import ToolchainError
+from tuner.problems import Conv2dProblem, Problem, ReduceProblem
+from tuner.reference import ELEMENT_SIZE, STORAGE, make_inputs, reference, verify
+from tuner.render import TEMPLATES_DIR, template_version
+from tuner.spaces.base import VariantSpace
+from tuner.spaces.cpu_reduce import REDUCE_KIND_CODES
+from tuner.stats import timing_from_samples
+from tuner.types import (
+    BenchResult,
+    CompileResult,
+    DeviceInfo,
+    EngineConfig,
+    Outcome,
+    Toolchain,
+    TuneRequest,
+    Variant,
+)
+
+__all__ = ["CpuBackend", "CPU_TEMPLATES_DIR", "harness_dims", "reduction_length"]
+
+log = logging.getLogger(__name__)
+
+CPU_TEMPLATES_DIR = TEMPLATES_DIR / "cpu"
+#: problems whose inputs stay on disk and in memory at once (a job tunes one at a time)
+_KEPT_PROBLEMS = 2
+_LOG_EXCERPT = 4000
+
+
+def harness_dims(problem: Problem) -> list[int]:
+    """The ``--dims`` of the harness: ``problem.dim_names`` in order, plus reduce's kind code."""
+    dims = [int(v) for v in problem.int_dims().values()]
+    if isinstance(problem, ReduceProblem):
+        dims.append(REDUCE_KIND_CODES[problem.kind])
+    return dims
+
+
+def reduction_length(problem: Problem) -> int:
+    """How many terms one output element sums (it scales the verification tolerance)."""
+    if isinstance(problem, Conv2dProblem):
+        return problem.r * problem.s * problem.c
+    return int(getattr(problem, "k", 1))
+
+
+@dataclass(frozen=True)
+class _ProblemData:
+    paths: tuple[str, ...]
+    expected: np.ndarray
+
+
+def _signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def _last_json_line(stdout: str) -> dict[str, Any] | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                answer = json.loads(line)
+            except json.JSONDecodeError:
+                return None
+            return answer if isinstance(answer, dict) else None
+    return None
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+
+    def __init__(self, config: EngineConfig, *, compiler: str = "g++") -> None:
+        super().__init__(config)
+        self._compiler_name = compiler
+        self._workdir = Path(tempfile.mkdtemp(prefix="tunehub-cpu-"))
+        self._problems: OrderedDict[tuple[Any, ...], _ProblemData] = OrderedDict()
+        self._runs = 0
+
+    # ---- identity ------------------------------------------------------------------------
+    @cached_property
+    def compiler(self) -> str:
+        path = shutil.which(self._compiler_name)
+        if path is None:
+            raise ToolchainError(f"C++ compiler {self._compiler_name!r} not found on PATH")
+        return path
+
+    def _compiler_output(self, *args: str) -> str:
+        try:
+            proc = subprocess.run([self.compiler, *args], capture_output=True, text=True,
+                                  timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ToolchainError(f"{self.compiler} {' '.join(args)} failed: {exc}") from None
+        if proc.returncode != 0:
+            raise ToolchainError(f"{self.compiler} {' '.join(args)}: {proc.stderr.strip()[-500:]}")
+        return proc.stdout
+
+    @cached_property
+    def _native_target(self) -> tuple[str, str]:
+        """(what -march=native resolves to, a hash of every target option it turns on)."""
+        text = self._compiler_output("-march=native", "-Q", "--help=target")
+        march = ""
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "-march=":
+                march = parts[1]
+        return march or "unknown", hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @cached_property
+    def _identity(self) -> str:
+        first = self._compiler_output("--version").splitlines()[0].strip()
+        march, target_hash = self._native_target
+        # -march=native means another ISA on another host: say which, so a shared cache
+        # never hands one host's binary to another
+        return f"{first} ({self.compiler}) native={march}/{target_hash}"
+
+    def compiler_identity(self) -> str:
+        return self._identity
+
+    @cached_property
+    def _helpers_version(self) -> str:
+        """Hash of the shared headers (``_*``) every template includes: a harness change must
+        change every variant id, because the rendered source only names the header."""
+        digest = hashlib.sha256()
+        for helper in sorted(CPU_TEMPLATES_DIR.glob("_*")):
+            digest.update(helper.name.encode() + b"\0" + helper.read_bytes())
+        return digest.hexdigest()[:12]
+
+    def base_flags(self, arch: str) -> tuple[str, ...]:
+        return ("-O3", "-march=native", "-std=c++17", "-fno-math-errno",
+                f"-DTUNEHUB_CPU_HELPERS={self._helpers_version}")
+
+    @cached_property
+    def _device(self) -> DeviceInfo:
+        machine = platform.machine()
+        flags = cpu_host.cpu_flags()
+        march, _ = self._native_target
+        return DeviceInfo(
+            backend="cpu",
+            name=cpu_host.cpu_model_name(),
+            arch=cpu_host.isa_level(machine, flags),
+            sm_count=os.cpu_count() or 1,
+            driver=platform.release(),
+            runtime=platform.libc_ver()[1] or "",
+            memory_bytes=cpu_host.memory_bytes(),
+            extra={"flags": flags, "machine": machine, "march_native": march},
+        )
+
+    def device(self) -> DeviceInfo:
+        return self._device
+
+    def toolchain(self, space: VariantSpace) -> Toolchain:
+        version = self._compiler_output("-dumpfullversion").strip()
+        return Toolchain(compiler=f"{Path(self._compiler_name).name} {version}",
+                         template_version=template_version(space.template))
+
+    # ---- build ---------------------------------------------------------------------------
+    def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]:
+        cache = CompileCache(self.config.cache_dir, max_bytes=self.config.cache_max_bytes)
+        includes = [str(CPU_TEMPLATES_DIR), *self.config.include_dirs]
+        compiler = self.compiler
+
+        def make_argv(source: Path, output: Path, flags: Sequence[str]) -> list[str]:
+            argv = [compiler, *flags]
+            for folder in includes:
+                argv += ["-I", folder]
+            return [*argv, str(source), "-o", str(output)]
+
+        return build_variants(
+            cache, variants, make_argv, source_name="kernel.cpp",
+            workers=self.config.compile_workers or os.cpu_count() or 1,
+            timeout_s=self.config.compile_timeout_s,
+        )
+
+    # ---- run -----------------------------------------------------------------------------
+    def _problem_data(self, request: TuneRequest) -> _ProblemData:
+        """Inputs on disk and the expected output, made once per problem and reused."""
+        key = (request.op, request.dtype, request.layout, request.problem.key(), request.seed)
+        data = self._problems.get(key)
+        if data is not None:
+            self._problems.move_to_end(key)
+            return data
+        rng = np.random.default_rng([self.config.seed, request.seed])
+        inputs = make_inputs(request.problem, request.dtype, request.layout, rng)
+        folder = Path(tempfile.mkdtemp(dir=self._workdir, prefix="inputs-"))
+        paths = []
+        for index, array in enumerate(inputs.values()):
+            path = folder / f"in{index}.bin"
+            array.tofile(path)
+            paths.append(str(path))
+        expected = reference(request.problem, request.dtype, request.layout, inputs)
+        data = _ProblemData(tuple(paths), expected)
+        self._problems[key] = data
+        while len(self._problems) > _KEPT_PROBLEMS:
+            _, old = self._problems.popitem(last=False)
+            shutil.rmtree(Path(old.paths[0]).parent, ignore_errors=True)
+        return data
+
+    def _argv(self, artifact: str, request: TuneRequest, data: _ProblemData, output: Path,
+              abort_above_us: float | None) -> list[str]:
+        cfg = self.config
+        argv = [artifact, "--dims", *map(str, harness_dims(request.problem)),
+                "--inputs", *data.paths, "--output", str(output),
+                "--warmup-seconds", repr(cfg.warmup_seconds),
+                "--bench-seconds", repr(cfg.bench_seconds),
+                "--min-reps", str(cfg.min_reps), "--max-reps", str(cfg.max_reps)]
+        if abort_above_us is not None and abort_above_us > 0:
+            argv += ["--abort-us", repr(float(abort_above_us))]
+        return argv
+
+    def run(self, variant: Variant, artifact: str, request: TuneRequest,
+            abort_above_us: float | None = None) -> BenchResult:
+        base = BenchResult(variant.id, variant.name, dict(variant.params), Outcome.RUNTIME_ERROR)
+        data = self._problem_data(request)
+        self._runs += 1
+        output = self._workdir / f"out-{self._runs}.bin"
+        before = cpu_host.host_snapshot()
+        try:
+            proc = subprocess.run(self._argv(artifact, request, data, output, abort_above_us),
+                                  capture_output=True, text=True, check=False,
+                                  timeout=self.config.run_timeout_s)
+        except subprocess.TimeoutExpired:
+            output.unlink(missing_ok=True)
+            return replace(base, outcome=Outcome.TIMEOUT,
+                           log=f"run exceeded {self.config.run_timeout_s:g} s and was killed")
+        except OSError as exc:
+            return replace(base, log=f"cannot start {artifact}: {exc}")
+        provenance = self._provenance(before, cpu_host.host_snapshot())
+        base = replace(base, provenance=provenance, suspect=bool(provenance["suspect"]))
+        try:
+            return self._result(base, proc, request, data, output)
+        finally:
+            output.unlink(missing_ok=True)
+
+    def _result(self, base: BenchResult, proc: subprocess.CompletedProcess[str],
+                request: TuneRequest, data: _ProblemData, output: Path) -> BenchResult:
+        stderr = proc.stderr[-_LOG_EXCERPT:]
+        if proc.returncode != 0:
+            why = (f"killed by {_signal_name(proc.returncode)}" if proc.returncode < 0
+                   else f"exit status {proc.returncode}")
+            return replace(base, log=f"harness {why}\n{stderr}".strip())
+        answer = _last_json_line(proc.stdout)
+        if answer is None or not output.exists():
+            return replace(base, log=f"harness gave no result\n{proc.stdout[-500:]}{stderr}")
+        got = np.fromfile(output, dtype=STORAGE[request.dtype])
+        if got.size != data.expected.size:
+            return replace(base, outcome=Outcome.WRONG_RESULT,
+                           log=f"output holds {got.size} elements, expected {data.expected.size}")
+        verdict = verify(got, data.expected, request.dtype, reduction_length(request.problem))
+        if not verdict.ok:  # the timing of a wrong kernel is discarded
+            return replace(base, outcome=Outcome.WRONG_RESULT, log=verdict.message)
+        samples = [float(s) for s in answer.get("samples_us", [])]
+        if not samples:
+            return replace(base, log="harness reported no samples")
+        timing = timing_from_samples(samples)
+        provenance = {**base.provenance, "max_abs_error": verdict.max_abs_error,
+                      "calls_per_sample": answer.get("calls_per_sample"),
+                      "copies": answer.get("copies")}
+        outcome = Outcome.ABORTED_SLOW if answer.get("aborted") else Outcome.OK
+        throughput, unit = self._throughput(request, timing.median_us)
+        return replace(base, outcome=outcome, timing=timing, throughput=throughput,
+                       throughput_unit=unit, provenance=provenance, log=stderr)
+
+    @staticmethod
+    def _throughput(request: TuneRequest, median_us: float) -> tuple[float | None, str]:
+        if median_us <= 0:
+            return None, ""
+        problem = request.problem
+        if problem.flops() > 0:
+            return problem.flops() / median_us / 1e6, "TFLOP/s"
+        return problem.bytes_moved(ELEMENT_SIZE[request.dtype]) / median_us / 1e3, "GB/s"
+
+    @staticmethod
+    def _provenance(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+        cores = os.cpu_count() or 1
+        loads = [x for x in (before["loadavg_1m"], after["loadavg_1m"]) if x is not None]
+        return {
+            "hostname": cpu_host.hostname(),
+            "loadavg_1m_before": before["loadavg_1m"],
+            "loadavg_1m_after": after["loadavg_1m"],
+            "cpu_mhz_before": before["cpu_mhz"],
+            "cpu_mhz_after": after["cpu_mhz"],
+            "measured_at": time.time(),
+            # another workload shared the cores while we timed
+            "suspect": any(load > cores for load in loads),
+        }
+
+    def close(self) -> None:
+        self._problems.clear()
+        shutil.rmtree(self._workdir, ignore_errors=True)
