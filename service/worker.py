@@ -7,7 +7,8 @@ This is the only place that joins ``tuner`` and the service: a GPU host needs a 
 worker token, never database credentials. ``tunehub serve`` runs the same agent in a thread
 against its own API (the local worker).
 
-While a task runs, a heartbeat thread extends the lease every few seconds; the server's
+While a task runs, heartbeats report progress (at most once a second) and a thread keeps
+the lease alive during long compiles (every few seconds); the server's
 ``cancelled`` flag or a lost lease (409) stops the tune between candidates. Measurements are
 uploaded in batches while tuning and once more with ``final=True`` at the end. A tuner error
 or any unexpected exception fails the task (final upload with the error text) and the agent
@@ -153,6 +154,8 @@ class _TaskState:
     cancelled: bool = False
     lost: bool = False
     pending: list[dict[str, Any]] = field(default_factory=list)
+    #: when the last heartbeat was sent (the lease was granted just now)
+    last_beat: float = field(default_factory=time.monotonic)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def should_stop(self) -> bool:
@@ -173,14 +176,19 @@ class _UploadingObserver:
     def on_start(self, total: int, pruned: int) -> None:
         with self.state.lock:
             self.state.total = total
+        self.agent._heartbeat(self.state)  # the total reaches progress bars at once
 
     def on_result(self, result: BenchResult, done: int, total: int) -> None:
+        now = time.monotonic()
         with self.state.lock:
             self.state.done, self.state.total = done, total
             self.state.pending.append(measurement_to_dict(result))
-            due = (len(self.state.pending) >= self.agent.upload_batch
-                   or time.monotonic() - self.last_upload >= self.agent.upload_interval_s)
-        if due:
+            upload_due = (len(self.state.pending) >= self.agent.upload_batch
+                          or now - self.last_upload >= self.agent.upload_interval_s)
+            beat_due = now - self.state.last_beat >= self.agent.progress_interval_s
+        if beat_due:
+            self.agent._heartbeat(self.state)
+        if upload_due:
             self.flush(final=False)
 
     def flush(self, final: bool, error: str | None = None) -> None:
@@ -210,6 +218,7 @@ class WorkerAgent:
         name: str | None = None,
         *,
         heartbeat_interval_s: float = 3.0,
+        progress_interval_s: float = 1.0,
         poll_interval_s: float = 1.0,
         upload_batch: int = 8,
         upload_interval_s: float = 5.0,
@@ -220,6 +229,7 @@ class WorkerAgent:
         self.backend_names = tuple(backends)
         self.name = name or f"{platform.node() or 'worker'}-{'+'.join(self.backend_names)}"
         self.heartbeat_interval_s = heartbeat_interval_s
+        self.progress_interval_s = progress_interval_s
         self.poll_interval_s = poll_interval_s
         self.upload_batch = max(1, upload_batch)
         self.upload_interval_s = upload_interval_s
@@ -388,20 +398,30 @@ class WorkerAgent:
             compiler = _UNKNOWN
         return {"compiler": compiler[:200], "template_version": _UNKNOWN, "libraries": {}}
 
+    def _heartbeat(self, state: _TaskState) -> None:
+        """Send progress, extend the lease, and read the job's cancelled flag."""
+        with state.lock:
+            done, total = state.done, state.total
+            state.last_beat = time.monotonic()
+        try:
+            reply = self.client.heartbeat(state.lease_id, done, total) or {}
+        except LeaseLost:
+            state.lost = True
+            log.warning("lease %s lost on heartbeat", state.lease_id)
+            return
+        except ClientError as exc:  # the next beat may get through before the lease expires
+            log.warning("heartbeat of lease %s failed: %s", state.lease_id, exc)
+            return
+        if reply.get("cancelled") and not state.cancelled:
+            log.info("lease %s: job cancelled; stopping after the current candidate",
+                     state.lease_id)
+            state.cancelled = True
+
     def _heartbeat_loop(self, state: _TaskState, stop: threading.Event) -> None:
-        while not stop.wait(self.heartbeat_interval_s):
+        """Keeps the lease alive while the engine is busy (long compiles send no results)."""
+        tick = max(0.01, self.heartbeat_interval_s / 4)
+        while not stop.wait(tick) and not state.lost:
             with state.lock:
-                done, total = state.done, state.total
-            try:
-                reply = self.client.heartbeat(state.lease_id, done, total) or {}
-            except LeaseLost:
-                state.lost = True
-                log.warning("lease %s lost on heartbeat", state.lease_id)
-                return
-            except ClientError as exc:
-                log.warning("heartbeat of lease %s failed: %s", state.lease_id, exc)
-                continue
-            if reply.get("cancelled") and not state.cancelled:
-                log.info("lease %s: job cancelled; stopping after the current candidate",
-                         state.lease_id)
-                state.cancelled = True
+                due = time.monotonic() - state.last_beat >= self.heartbeat_interval_s
+            if due:
+                self._heartbeat(state)

@@ -91,10 +91,12 @@ class FakeBackend(Backend):
 class ScriptedClient:
     """Plays the server: hands out the scripted leases and records every call."""
 
-    def __init__(self, leases: Sequence[dict[str, Any] | None] = (), cancel: bool = False,
+    def __init__(self, leases: Sequence[dict[str, Any] | None] = (),
+                 cancel_from_beat: int | None = None, lose_from_beat: int | None = None,
                  lose_on_upload: bool = False) -> None:
         self.leases = list(leases)
-        self.cancel = cancel
+        self.cancel_from_beat = cancel_from_beat
+        self.lose_from_beat = lose_from_beat
         self.lose_on_upload = lose_on_upload
         self.registered: list[tuple[str, list[dict[str, Any]]]] = []
         self.uploads: list[dict[str, Any]] = []
@@ -112,7 +114,11 @@ class ScriptedClient:
     def heartbeat(self, lease_id: Any, done: int, total: int) -> dict[str, Any]:
         with self.lock:
             self.heartbeats.append((lease_id, done, total))
-        return {"expires_at": "later", "cancelled": self.cancel}
+            beat = len(self.heartbeats)
+        if self.lose_from_beat is not None and beat >= self.lose_from_beat:
+            raise LeaseLost(409, "lease expired", "POST", f"/v1/leases/{lease_id}/heartbeat")
+        cancelled = self.cancel_from_beat is not None and beat >= self.cancel_from_beat
+        return {"expires_at": "later", "cancelled": cancelled}
 
     def upload_results(self, lease_id: Any, **body: Any) -> dict[str, Any]:
         if self.lose_on_upload:
@@ -181,28 +187,55 @@ def test_unexpected_exception_fails_the_task_with_its_text() -> None:
     assert "RuntimeError: harness exploded" in final["error"]
 
 
-def test_cancel_flag_from_heartbeat_stops_the_tune_early() -> None:
-    client = ScriptedClient([lease()], cancel=True)
-    replies_seen = threading.Event()
+def test_task_heartbeats_its_progress_after_each_result() -> None:
+    client = ScriptedClient([lease()])
+    agent, _ = make_agent(client, progress_interval_s=0.0, heartbeat_interval_s=60.0)
+    assert agent.run_once() is True
+    assert client.heartbeats == [("L1", done, 6) for done in range(7)]
 
-    def wait_for_cancel(run: int) -> None:
-        # the second heartbeat starts only after the first reply was read
+
+def test_cancel_flag_from_heartbeat_stops_the_tune_early() -> None:
+    # beats: on start (1), after candidate 1 (2), after candidate 2 (3: cancelled)
+    client = ScriptedClient([lease()], cancel_from_beat=3)
+    config = EngineConfig(cache_dir="/nonexistent", compile_workers=1)
+    agent, backend = make_agent(client, FakeBackend(config), progress_interval_s=0.0,
+                                heartbeat_interval_s=60.0)
+    assert agent.run_once() is True
+    measured = [m for u in client.uploads for m in u["measurements"]]
+    assert backend.runs == 2 and len(measured) == 2
+    assert client.uploads[-1]["final"] is True and client.uploads[-1].get("error") is None
+
+
+def test_lease_lost_on_heartbeat_stops_without_a_final_upload() -> None:
+    client = ScriptedClient([lease()], lose_from_beat=2)
+    config = EngineConfig(cache_dir="/nonexistent", compile_workers=1)
+    agent, backend = make_agent(client, FakeBackend(config), progress_interval_s=0.0,
+                                heartbeat_interval_s=60.0)
+    assert agent.run_once() is True
+    assert backend.runs == 1
+    assert client.uploads == []
+
+
+def test_keepalive_thread_beats_while_the_engine_is_busy() -> None:
+    client = ScriptedClient([lease()])
+    beaten = threading.Event()
+
+    def wait_for_keepalive(run: int) -> None:
+        # the first run blocks until the thread (not the observer) has beaten once more
         if run == 1:
-            for _ in range(500):
+            for _ in range(1000):
                 with client.lock:
                     if len(client.heartbeats) >= 2:
-                        replies_seen.set()
+                        beaten.set()
                         return
-                threading.Event().wait(0.01)
+                threading.Event().wait(0.005)
 
     config = EngineConfig(cache_dir="/nonexistent", compile_workers=1)
-    agent, backend = make_agent(client, FakeBackend(config, before_run=wait_for_cancel),
-                                heartbeat_interval_s=0.01)
+    agent, _ = make_agent(client, FakeBackend(config, before_run=wait_for_keepalive),
+                          progress_interval_s=60.0, heartbeat_interval_s=0.02)
     assert agent.run_once() is True
-    assert replies_seen.is_set()
-    measured = [m for u in client.uploads for m in u["measurements"]]
-    assert backend.runs == 1 and len(measured) == 1
-    assert client.uploads[-1]["final"] is True
+    assert beaten.is_set()
+    assert client.heartbeats[1] == ("L1", 0, 6)
 
 
 def test_lost_lease_abandons_the_task_without_a_final_upload() -> None:
