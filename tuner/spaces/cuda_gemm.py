@@ -161,7 +161,8 @@ def _sm80_params(sm: int) -> list[Params]:
 
     def rank(p: Params) -> tuple[Any, ...]:
         return (p["split_k"], p["swizzle"], abs(p["tile_m"] * p["tile_n"] - 128 * 128),
-                p["tile_k"] != 32, abs(p["stages"] - 4), p["tile_m"], p["tile_n"], p["stages"])
+                abs(p["tile_m"] - p["tile_n"]), p["tile_k"] != 32, abs(p["stages"] - 4),
+                p["tile_m"], p["tile_n"], p["stages"])
 
     return sorted(out, key=rank)
 

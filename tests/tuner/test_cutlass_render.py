@@ -1,0 +1,163 @@
+"""Every CUTLASS variant renders; the spaces order, prune and name as documented (no nvcc)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tuner.errors import InvalidRequestError
+from tuner.problems import Conv2dProblem, GemmProblem
+from tuner.registry import load_space
+from tuner.render import render_variant
+from tuner.spaces.cuda_conv2d import CudaConv2dSpace
+from tuner.spaces.cuda_gemm import DEFAULT_MAX_VARIANTS, CudaGemmSpace
+
+SM90_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)
+ABI_SYMBOLS = ("tunehub_can_run", "tunehub_workspace_bytes", "tunehub_run", "tunehub_describe")
+
+
+def _render_all(space, dtype: str, layout: str, arch: str) -> list:
+    return [
+        render_variant(space, params, dtype, layout, arch, SM90_FLAGS, "nvcc test")
+        for params in space.enumerate(dtype, layout, arch)
+    ]
+
+
+def _check_sources(variants: list) -> None:
+    assert variants
+    assert len({v.name for v in variants}) == len(variants), "names must be unique"
+    assert len({v.id for v in variants}) == len(variants), "ids must be unique"
+    for v in variants:
+        assert "{{" not in v.source and "{%" not in v.source, v.name
+        for symbol in ABI_SYMBOLS:
+            assert f"TUNEHUB_EXPORT {'const char*' if 'describe' in symbol else ''}" in v.source
+            assert symbol in v.source, (v.name, symbol)
+        assert v.name in v.source  # tunehub_describe names the variant
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("layout", ["rcr", "rrr"])
+def test_every_sm90_gemm_variant_renders(dtype: str, layout: str) -> None:
+    variants = _render_all(CudaGemmSpace(), dtype, layout, "sm_90")
+    _check_sources(variants)
+    element = "cutlass::half_t" if dtype == "f16" else "cutlass::bfloat16_t"
+    for v in variants:
+        assert "KernelTmaWarpSpecialized" in v.source or "KernelScheduleAuto" in v.source
+        assert f"using Element = {element};" in v.source
+        b_layout = "ColumnMajor" if layout == "rcr" else "RowMajor"
+        assert f"using LayoutB = cutlass::layout::{b_layout};" in v.source
+        streamk = "cutlass::gemm::StreamKScheduler" in v.source
+        assert streamk == (v.params["scheduler"] == "streamk"), v.name
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
+def test_every_sm80_class_gemm_variant_renders(arch: str) -> None:
+    for dtype, layout in (("f16", "rcr"), ("bf16", "rrr")):
+        variants = _render_all(CudaGemmSpace(), dtype, layout, arch)
+        _check_sources(variants)
+        for v in variants:
+            assert "cutlass::gemm::device::GemmUniversal<" in v.source
+            assert "wgmma" not in v.source and "Sm90" not in v.source
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90"])
+def test_every_conv2d_variant_renders(arch: str) -> None:
+    variants = _render_all(CudaConv2dSpace(), "f16", "nhwc", arch)
+    _check_sources(variants)
+    for v in variants:
+        assert "DefaultConv2dFprop" in v.source
+
+
+def test_template_follows_arch() -> None:
+    space = CudaGemmSpace()
+    sm90 = next(iter(space.enumerate("f16", "rcr", "sm_90")))
+    sm80 = next(iter(space.enumerate("f16", "rcr", "sm_80")))
+    assert space.template_for(sm90) == "cuda/gemm_sm90.cu.j2"
+    assert space.template_for(sm80) == "cuda/gemm_sm80.cu.j2"
+    assert isinstance(load_space("gemm", "cuda"), CudaGemmSpace)
+    assert isinstance(load_space("conv2d", "cuda"), CudaConv2dSpace)
+
+
+def test_sm90_order_puts_the_anchors_first() -> None:
+    space = CudaGemmSpace()
+    names = [space.name(p, "f16", "rcr") for p in space.enumerate("f16", "rcr", "sm_90")]
+    assert names[0] == "gemm_f16_rcr_128x256x64_c2x1_coop"
+    assert "gemm_f16_rcr_64x128x64_c1x1_pingpong" in names[:2]
+    head = names[:DEFAULT_MAX_VARIANTS]
+    assert any("streamk" in n for n in head), "a capped search must still try stream-K"
+    assert not any(re.search(r"_r[mn](_|$)|_sw\d", n) for n in head[:8]), "raster/swizzle later"
+    assert len(names) > 1000  # the whole space is enumerated, not only the head
+
+
+def test_sm90_space_holds_only_buildable_schedules() -> None:
+    for p in CudaGemmSpace().enumerate("bf16", "rcr", "sm_90"):
+        tile_mn = p["tile_m"] * p["tile_n"]
+        if p["schedule"] == "coop":
+            assert p["tile_m"] >= 128 and tile_mn <= 128 * 256
+        if p["schedule"] == "pingpong":
+            assert tile_mn <= 128 * 128
+            assert p["scheduler"] != "streamk"
+        assert 2 * (p["tile_m"] + p["tile_n"]) * p["tile_k"] * 2 <= 227 * 1024
+
+
+def test_sm86_uses_the_smaller_shared_memory() -> None:
+    space = CudaGemmSpace()
+    sm80 = list(space.enumerate("f16", "rcr", "sm_80"))
+    sm86 = list(space.enumerate("f16", "rcr", "sm_86"))
+    assert len(sm86) < len(sm80)
+    for p in sm86:
+        assert p["stages"] * (p["tile_m"] + p["tile_n"]) * p["tile_k"] * 2 <= 99 * 1024
+
+
+def test_gemm_prune_by_alignment() -> None:
+    space = CudaGemmSpace()
+    params = next(iter(space.enumerate("f16", "rcr", "sm_90")))
+    assert space.prune(params, GemmProblem(4096, 4096, 4096), "f16", "rcr") is None
+    assert space.prune(params, GemmProblem(17, 4096, 4096), "f16", "rcr") is None  # m is free
+    assert "k=4100" in (space.prune(params, GemmProblem(64, 64, 4100), "f16", "rcr") or "")
+    assert "n=4001" in (space.prune(params, GemmProblem(64, 4001, 64), "f16", "rrr") or "")
+
+
+def test_sm80_split_k_is_pruned_on_short_k() -> None:
+    space = CudaGemmSpace()
+    split = next(p for p in space.enumerate("f16", "rcr", "sm_80") if p["split_k"] == 4)
+    assert space.prune(split, GemmProblem(128, 128, 64), "f16", "rcr") is not None
+    assert space.prune(split, GemmProblem(128, 128, 8192), "f16", "rcr") is None
+
+
+def test_names_follow_the_design() -> None:
+    space = CudaGemmSpace()
+    params = {"family": "sm90", "tile_m": 128, "tile_n": 256, "tile_k": 64, "cluster_m": 2,
+              "cluster_n": 1, "schedule": "coop", "scheduler": "streamk", "raster": "n",
+              "swizzle": 4}
+    assert space.name(params, "f16", "rcr") == "gemm_f16_rcr_128x256x64_c2x1_coop_streamk_rn_sw4"
+
+
+def test_conv2d_prune_by_channels() -> None:
+    space = CudaConv2dSpace()
+    params = list(space.enumerate("f16", "nhwc", "sm_90"))
+    wide = next(p for p in params if p["align"] == 8)
+    narrow = next(p for p in params if p["align"] == 4)
+    resnet = Conv2dProblem(32, 56, 56, 64, 64, 3, 3, pad=1)
+    odd = Conv2dProblem(8, 32, 32, 12, 12, 3, 3, pad=1)
+    assert space.prune(wide, resnet, "f16", "nhwc") is None
+    assert space.prune(narrow, resnet, "f16", "nhwc") is not None  # 16-byte loads are possible
+    assert "c=12" in (space.prune(wide, odd, "f16", "nhwc") or "")
+    assert space.prune(narrow, odd, "f16", "nhwc") is None
+    assert params[0]["align"] == 8 and params[0]["iterator"] == "opt"
+
+
+@pytest.mark.parametrize(
+    ("space", "dtype", "layout", "arch"),
+    [
+        (CudaGemmSpace(), "f32", "rcr", "sm_90"),
+        (CudaGemmSpace(), "f16", "crr", "sm_90"),
+        (CudaGemmSpace(), "f16", "rcr", "sm_75"),
+        (CudaGemmSpace(), "f16", "rcr", "hopper"),
+        (CudaConv2dSpace(), "f16", "nhwc", "sm_70"),
+    ],
+)
+def test_unsupported_requests_are_client_errors(space, dtype, layout, arch) -> None:
+    with pytest.raises(InvalidRequestError):
+        list(space.enumerate(dtype, layout, arch))
