@@ -1,0 +1,165 @@
+"""Shared fixtures: migrated databases (SQLite and the real PostgreSQL) and an API client.
+
+PostgreSQL is never skipped: it must answer at TUNEHUB_TEST_PG_URL (default
+postgresql+psycopg://postgres@127.0.0.1:5432/postgres). Each test gets its own database, cloned
+from a template migrated once per session, and dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.app import create_app
+from service.auth import create_token
+from service.db import upgrade
+from service.settings import Settings
+
+PG_ADMIN_URL = os.environ.get(
+    "TUNEHUB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+DATABASE_KINDS = ("sqlite", "postgresql")
+
+
+def _pg_connect() -> psycopg.Connection:
+    url = make_url(PG_ADMIN_URL)
+    try:
+        return psycopg.connect(
+            host=url.host or "127.0.0.1",
+            port=url.port or 5432,
+            user=url.username or "postgres",
+            password=url.password,
+            dbname=url.database or "postgres",
+            autocommit=True,
+            connect_timeout=10,
+        )
+    except psycopg.OperationalError as exc:
+        pytest.fail(
+            f"PostgreSQL is required for the service tests and is unreachable at "
+            f"{PG_ADMIN_URL}: {exc}",
+            pytrace=False,
+        )
+
+
+def _pg_url(name: str) -> str:
+    return make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+
+
+def _pg_create(name: str, template: str | None = None) -> None:
+    with _pg_connect() as connection:
+        suffix = f" TEMPLATE {template}" if template else ""
+        connection.execute(f'CREATE DATABASE "{name}"{suffix}')  # type: ignore[arg-type]
+
+
+def _pg_drop(name: str) -> None:
+    with _pg_connect() as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[arg-type]
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "tunehub.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def _pg_template() -> Iterator[str]:
+    name = _unique("tunehub_tpl")
+    _pg_create(name)
+    try:
+        upgrade(_pg_url(name))
+        yield name
+    finally:
+        _pg_drop(name)
+
+
+@pytest.fixture(params=DATABASE_KINDS)
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty (unmigrated) database of each kind."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    name = _unique("tunehub_test")
+    _pg_create(name)
+    try:
+        yield _pg_url(name)
+    finally:
+        _pg_drop(name)
+
+
+@pytest.fixture(params=DATABASE_KINDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A migrated database of each kind, private to the test."""
+    if request.param == "sqlite":
+        path = tmp_path / "tunehub.db"
+        shutil.copyfile(request.getfixturevalue("_sqlite_template"), path)
+        yield f"sqlite:///{path}"
+        return
+    template = request.getfixturevalue("_pg_template")
+    name = _unique("tunehub_test")
+    _pg_create(name, template=template)
+    try:
+        yield _pg_url(name)
+    finally:
+        _pg_drop(name)
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path) -> Settings:
+    return Settings(
+        database_url=database_url,
+        data_dir=tmp_path / "data",
+        cache_dir=tmp_path / "cache",
+        local_worker=False,
+        lease_seconds=60,
+    )
+
+
+@dataclass
+class ApiHarness:
+    """A TestClient over a fresh migrated database, with one token per scope."""
+
+    client: TestClient
+    sessionmaker: sessionmaker[Session]
+    admin: dict[str, str]
+    worker: dict[str, str]
+    submit: dict[str, str]
+    read: dict[str, str]
+    tokens: dict[str, str]
+
+
+@pytest.fixture
+def app_client(settings: Settings) -> Iterator[ApiHarness]:
+    app = create_app(settings)
+    maker: sessionmaker[Session] = app.state.sessionmaker
+    tokens: dict[str, str] = {}
+    with maker() as session:
+        for scope in ("admin", "worker", "submit", "read"):
+            tokens[scope] = create_token(session, f"test-{scope}", [scope])
+        session.commit()
+    with TestClient(app) as client:
+        headers = {scope: {"Authorization": f"Bearer {t}"} for scope, t in tokens.items()}
+        yield ApiHarness(
+            client=client,
+            sessionmaker=maker,
+            admin=headers["admin"],
+            worker=headers["worker"],
+            submit=headers["submit"],
+            read=headers["read"],
+            tokens=tokens,
+        )

@@ -1,0 +1,93 @@
+"""Alembic migrations on SQLite and PostgreSQL, and the app's refusal of an unmigrated DB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect
+
+from service.app import create_app
+from service.db import current_revision, downgrade, head_revision, make_engine, upgrade
+from service.errors import DatabaseNotMigrated
+from service.settings import Settings
+
+TABLES = {
+    "devices",
+    "toolchains",
+    "jobs",
+    "tasks",
+    "workers",
+    "worker_devices",
+    "leases",
+    "variants",
+    "measurements",
+    "best_configs",
+    "api_tokens",
+}
+
+
+def _tables(url: str) -> set[str]:
+    engine = make_engine(url)
+    try:
+        return set(inspect(engine).get_table_names()) - {"alembic_version"}
+    finally:
+        engine.dispose()
+
+
+def _settings(url: str, tmp_path: Path, **extra: object) -> Settings:
+    return Settings(database_url=url, data_dir=tmp_path, cache_dir=tmp_path, **extra)
+
+
+def test_upgrade_then_downgrade_round_trip(empty_database_url: str) -> None:
+    assert current_revision(empty_database_url) is None
+    upgrade(empty_database_url)
+    assert current_revision(empty_database_url) == head_revision()
+    assert _tables(empty_database_url) == TABLES
+    downgrade(empty_database_url, "base")
+    assert current_revision(empty_database_url) is None
+    assert _tables(empty_database_url) == set()
+    upgrade(empty_database_url)
+    assert _tables(empty_database_url) == TABLES
+
+
+def test_best_configs_key_is_unique(empty_database_url: str) -> None:
+    upgrade(empty_database_url)
+    engine = make_engine(empty_database_url)
+    try:
+        uniques = inspect(engine).get_unique_constraints("best_configs")
+    finally:
+        engine.dispose()
+    columns = [tuple(u["column_names"]) for u in uniques]
+    assert ("op", "dtype", "layout", "problem_key", "device_id", "toolchain_id") in columns
+
+
+def test_app_refuses_an_unmigrated_database(empty_database_url: str, tmp_path: Path) -> None:
+    with pytest.raises(DatabaseNotMigrated, match="tunehub db upgrade"):
+        create_app(_settings(empty_database_url, tmp_path))
+
+
+def test_app_refuses_an_outdated_database(empty_database_url: str, tmp_path: Path) -> None:
+    upgrade(empty_database_url)
+    downgrade(empty_database_url, "base")
+    with pytest.raises(DatabaseNotMigrated, match="tunehub db upgrade"):
+        create_app(_settings(empty_database_url, tmp_path))
+
+
+def test_migrate_on_start_upgrades(empty_database_url: str, tmp_path: Path) -> None:
+    app = create_app(_settings(empty_database_url, tmp_path, migrate_on_start=True))
+    assert current_revision(empty_database_url) == head_revision()
+    app.state.engine.dispose()
+
+
+def test_sqlite_file_dir_is_created_on_first_use(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'new' / 'dir' / 'tunehub.db'}"
+    upgrade(url)
+    assert (tmp_path / "new" / "dir" / "tunehub.db").exists()
+
+
+def test_default_database_is_a_sqlite_file_in_the_data_dir(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data")
+    assert settings.database_url == f"sqlite:///{tmp_path / 'data' / 'tunehub.db'}"
+    assert settings.local_worker_enabled
+    assert not Settings(database_url="postgresql+psycopg://x@h/db").local_worker_enabled
