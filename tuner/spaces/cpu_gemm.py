@@ -1,0 +1,94 @@
+"""CPU gemm variants: register tile MR x NR, cache blocks MC/KC/NC, packing on or off.
+
+One compiled variant serves every (m, n, k): the dims are runtime arguments and every
+variant handles ragged edges, so ``prune`` only removes variants that would behave exactly
+like a smaller sibling on the problem (a block larger than the dim it blocks), which saves
+tuning time without losing a distinct candidate.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+from tuner.problems import GemmProblem, Problem
+from tuner.spaces.base import Params, VariantSpace
+from tuner.spaces.cpu_reduce import STORAGE_TYPES, check_dtype_layout
+
+__all__ = ["CpuGemmSpace", "GEMM_LAYOUTS", "REGISTER_TILES"]
+
+GEMM_LAYOUTS = ("rcr", "rrr", "crr", "ccr")
+#: (MR, NR): MR rows of NR float lanes each; NR is the vector width of the micro-kernel
+REGISTER_TILES: tuple[tuple[int, int], ...] = (
+    (4, 8), (8, 8), (6, 16), (8, 16), (12, 16), (4, 32), (8, 32),
+)
+#: accumulator floats a tile may hold without AVX-512 (16 ymm registers of 8 floats)
+MAX_TILE_FLOATS_AVX2 = 128
+MC_BLOCKS = (64, 96, 192)
+KC_BLOCKS = (128, 256)
+NC_BLOCK = 2048
+#: unpacked variants skip the copies; they are only worth trying with a moderate tile
+UNPACKED_TILES: tuple[tuple[int, int], ...] = ((4, 8), (6, 16), (8, 16))
+UNPACKED_MC, UNPACKED_KC = 96, 256
+
+
+def _tile_fits(mr: int, nr: int, arch: str) -> bool:
+    return "avx512" in arch or mr * nr <= MAX_TILE_FLOATS_AVX2
+
+
+class CpuGemmSpace(VariantSpace):
+    op = "gemm"
+    backend = "cpu"
+    template = "cpu/gemm.cpp.j2"
+
+    def enumerate(self, dtype: str, layout: str, arch: str) -> Iterator[Params]:
+        check_dtype_layout(self.op, dtype, layout, GEMM_LAYOUTS)
+        for (mr, nr), kc, mc in itertools.product(REGISTER_TILES, KC_BLOCKS, MC_BLOCKS):
+            if mc % mr or NC_BLOCK % nr or not _tile_fits(mr, nr, arch):
+                continue  # a block must hold whole register tiles
+            yield {"mr": mr, "nr": nr, "mc": mc, "kc": kc, "nc": NC_BLOCK, "packed": True}
+        for mr, nr in UNPACKED_TILES:
+            if _tile_fits(mr, nr, arch):
+                yield {"mr": mr, "nr": nr, "mc": UNPACKED_MC, "kc": UNPACKED_KC, "nc": NC_BLOCK,
+                       "packed": False}
+
+    def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
+        if not isinstance(problem, GemmProblem):
+            return f"not a gemm problem: {type(problem).__name__}"
+        if not params["packed"]:
+            return None
+        mr, mc, kc = params["mr"], params["mc"], params["kc"]
+        smallest_mc = min(b for b in MC_BLOCKS if b % mr == 0)
+        if mc > smallest_mc and problem.m <= smallest_mc:
+            return f"mc={mc} acts like mc={smallest_mc} when m={problem.m} <= {smallest_mc}"
+        if kc > min(KC_BLOCKS) and problem.k <= min(KC_BLOCKS):
+            return f"kc={kc} acts like kc={min(KC_BLOCKS)} when k={problem.k} <= {min(KC_BLOCKS)}"
+        return None
+
+    def name(self, params: Params, dtype: str, layout: str) -> str:
+        base = f"gemm_{dtype}_{layout}_mr{params['mr']}_nr{params['nr']}"
+        if params["packed"]:
+            return f"{base}_mc{params['mc']}_kc{params['kc']}_packed"
+        return f"{base}_kc{params['kc']}_inplace"
+
+    def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
+        check_dtype_layout(self.op, dtype, layout, GEMM_LAYOUTS)
+        return {
+            "mr": int(params["mr"]),
+            "nr": int(params["nr"]),
+            "mc": int(params["mc"]),
+            "kc": int(params["kc"]),
+            "nc": int(params["nc"]),
+            "packed": bool(params["packed"]),
+            "dtype": dtype,
+            "layout": layout,
+            "a_row_major": layout[0] == "r",
+            "b_row_major": layout[1] == "r",
+            "storage_type": STORAGE_TYPES[dtype],
+            "name": self.name(params, dtype, layout),
+        }
+
+    def flags(self, params: Params, arch: str) -> tuple[str, ...]:
+        # fuse multiply-adds even under -std=c++17 (ISO mode turns contraction off)
+        return ("-ffp-contract=fast",)
