@@ -1,0 +1,135 @@
+"""CpuBackend: device and toolchain identity, and every failing outcome from a REAL variant."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.tuner.cpu_helpers import BROKEN_ROOT, BrokenSpace, quick_config
+from tuner.backends.cpu import CpuBackend, harness_dims
+from tuner.problems import ReduceProblem, SoftmaxProblem
+from tuner.render import render_variant
+from tuner.spaces.cpu_reduce import CpuReduceSpace
+from tuner.types import Outcome, TuneRequest, Variant
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cpu-cache")
+
+
+@pytest.fixture()
+def backend(cache_dir: Path) -> Iterator[CpuBackend]:
+    b = CpuBackend(quick_config(cache_dir, run_timeout_s=2.0))
+    yield b
+    b.close()
+
+
+def broken_variant(backend: CpuBackend, mode: str) -> Variant:
+    arch = backend.device().arch
+    return render_variant(BrokenSpace(mode), {"mode": mode}, "f32", "row", arch,
+                          backend.base_flags(arch), backend.compiler_identity(), root=BROKEN_ROOT)
+
+
+def reduce_request(m: int = 4, k: int = 100, kind: str = "sum") -> TuneRequest:
+    return TuneRequest("reduce", "f32", "row", ReduceProblem(m=m, k=k, kind=kind))
+
+
+def test_device_names_the_host_isa(backend: CpuBackend) -> None:
+    device = backend.device()
+    assert device.backend == "cpu"
+    assert device.name
+    assert device.sm_count >= 1
+    assert re.fullmatch(r"x86_64-(avx512|avx2|sse)|x86_64|[\w-]+", device.arch)
+    assert isinstance(device.extra["flags"], list)
+    assert device.key().startswith("cpu:")
+
+
+def test_compiler_identity_and_toolchain(backend: CpuBackend) -> None:
+    identity = backend.compiler_identity()
+    assert "g++" in identity and "native=" in identity
+    flags = backend.base_flags(backend.device().arch)
+    assert flags[:4] == ("-O3", "-march=native", "-std=c++17", "-fno-math-errno")
+    toolchain = backend.toolchain(CpuReduceSpace())
+    assert toolchain.compiler.startswith("g++ ")
+    assert len(toolchain.template_version) == 12
+
+
+def test_harness_dims_append_the_reduce_kind() -> None:
+    assert harness_dims(ReduceProblem(m=3, k=5, kind="max")) == [3, 5, 1]
+    assert harness_dims(ReduceProblem(m=3, k=5, kind="mean")) == [3, 5, 2]
+    assert harness_dims(SoftmaxProblem(m=3, k=5)) == [3, 5]
+
+
+def test_compile_error_is_data_and_cached(backend: CpuBackend) -> None:
+    variant = broken_variant(backend, "does_not_compile")
+    first = backend.build([variant])[variant.id]
+    assert not first.ok and first.artifact is None and not first.timed_out
+    assert "this_is_not_declared" in first.log
+    again = backend.build([variant])[variant.id]
+    assert again.cached and not again.ok
+
+
+def test_crash_is_runtime_error(backend: CpuBackend) -> None:
+    variant = broken_variant(backend, "crashes")
+    built = backend.build([variant])[variant.id]
+    assert built.ok and built.artifact
+    result = backend.run(variant, built.artifact, reduce_request())
+    assert result.outcome is Outcome.RUNTIME_ERROR
+    assert result.timing is None
+    assert "SIGSEGV" in result.log or "signal" in result.log
+
+
+def test_wrong_answer_discards_timing(backend: CpuBackend) -> None:
+    variant = broken_variant(backend, "wrong")
+    built = backend.build([variant])[variant.id]
+    assert built.ok and built.artifact
+    result = backend.run(variant, built.artifact, reduce_request())
+    assert result.outcome is Outcome.WRONG_RESULT
+    assert result.timing is None and not result.ok
+    assert "expected" in result.log
+
+
+def test_hang_is_timeout(backend: CpuBackend) -> None:
+    variant = broken_variant(backend, "hangs")
+    built = backend.build([variant])[variant.id]
+    assert built.ok and built.artifact
+    result = backend.run(variant, built.artifact, reduce_request())
+    assert result.outcome is Outcome.TIMEOUT
+    assert result.timing is None
+
+
+def test_missing_executable_is_runtime_error(backend: CpuBackend, tmp_path: Path) -> None:
+    variant = broken_variant(backend, "wrong")
+    result = backend.run(variant, str(tmp_path / "nope"), reduce_request())
+    assert result.outcome is Outcome.RUNTIME_ERROR
+
+
+def test_inputs_are_reused_across_variants(backend: CpuBackend) -> None:
+    request = reduce_request(m=2, k=64)
+    first = backend._problem_data(request)
+    assert backend._problem_data(request) is first
+    other = backend._problem_data(reduce_request(m=2, k=65))
+    assert other is not first
+    assert all(Path(p).exists() for p in first.paths + other.paths)
+
+
+def test_ok_and_aborted_runs(backend: CpuBackend) -> None:
+    space = CpuReduceSpace()
+    arch = backend.device().arch
+    variant = render_variant(space, {"pack": 4, "acc": 1, "unroll": 1}, "f32", "row", arch,
+                             backend.base_flags(arch), backend.compiler_identity())
+    built = backend.build([variant])[variant.id]
+    assert built.ok and built.artifact
+    request = reduce_request(m=16, k=1024)
+    ok = backend.run(variant, built.artifact, request)
+    assert ok.outcome is Outcome.OK and ok.timing is not None
+    assert ok.throughput is not None and ok.throughput > 0 and ok.throughput_unit == "GB/s"
+    assert ok.provenance["hostname"] and "loadavg_1m_before" in ok.provenance
+    # an abort threshold far below any real time: stops after min reps, keeps its partial time
+    aborted = backend.run(variant, built.artifact, request, abort_above_us=1e-6)
+    assert aborted.outcome is Outcome.ABORTED_SLOW
+    assert aborted.timing is not None and aborted.timing.reps == backend.config.min_reps
