@@ -1,0 +1,159 @@
+"""Over real HTTP: a live server (uvicorn on a free port in a thread, SQLite and PostgreSQL),
+one real CPU reduce job tuned by the worker agent with g++, and the CLI against it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from service.app import create_app
+from service.cli import main
+from service.cli_serve import create_token_in_db, ensure_admin_token
+from service.client import TunehubClient
+from service.settings import Settings
+from service.worker import WorkerAgent
+from tuner.types import EngineConfig
+
+PROBLEM = {"m": 64, "k": 4096, "kind": "sum"}
+MAX_VARIANTS = 4
+START_TIMEOUT_S = 30.0
+
+
+@dataclass
+class LiveServer:
+    url: str
+    settings: Settings
+    admin_token: str
+    worker_token: str
+
+
+@pytest.fixture
+def live_server(settings: Settings) -> Iterator[LiveServer]:
+    """The app behind uvicorn in a thread; an admin token in the data dir as serve writes it."""
+    settings.ensure_dirs()
+    token_file = ensure_admin_token(settings)
+    worker_token = create_token_in_db(settings.database_url, "test-worker", ["worker"])
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=0,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, name="live-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            pytest.fail("the live server did not start", pytrace=False)
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield LiveServer(f"http://127.0.0.1:{port}", settings,
+                         token_file.read_text().strip(), worker_token)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10.0)
+
+
+@pytest.fixture(scope="session")
+def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Shared by every test here: one variant compiles once for all of them."""
+    return tmp_path_factory.mktemp("compile-cache")
+
+
+def engine_config(cache: Path) -> EngineConfig:
+    return EngineConfig(cache_dir=str(cache), compile_workers=2, bench_seconds=0.05,
+                        warmup_seconds=0.01)
+
+
+class ProgressWatchingClient(TunehubClient):
+    """The worker's client; after each heartbeat it reads the job's progress as a user would."""
+
+    def __init__(self, url: str, token: str, watcher: TunehubClient, job_id: str) -> None:
+        super().__init__(url, token)
+        self.watcher = watcher
+        self.job_id = job_id
+        self.seen: list[int] = []
+
+    def heartbeat(self, lease_id: Any, done: int, total: int) -> dict[str, Any]:
+        reply = super().heartbeat(lease_id, done, total)
+        job = self.watcher.get_job(self.job_id)
+        self.seen.append(job["progress"]["candidates_done"])
+        return reply
+
+
+def test_cpu_reduce_job_end_to_end(live_server: LiveServer, compile_cache: Path) -> None:
+    user = TunehubClient(live_server.url, live_server.admin_token)
+    job = user.submit_job(op="reduce", dtype="f32", problems=[PROBLEM],
+                          device={"backend": "cpu"}, max_variants=MAX_VARIANTS)
+    assert job["status"] == "queued"
+
+    worker_client = ProgressWatchingClient(live_server.url, live_server.worker_token, user,
+                                           job["id"])
+    agent = WorkerAgent(worker_client, engine_config(compile_cache), ("cpu",), name="e2e",
+                        progress_interval_s=0.0, heartbeat_interval_s=60.0, upload_batch=2)
+    assert agent.run_once() is True
+    assert agent.run_once() is False  # the only task is done
+
+    # progress rose candidate by candidate, as the heartbeats reported it
+    assert worker_client.seen == list(range(MAX_VARIANTS + 1))
+    job = user.get_job(job["id"])
+    assert job["status"] == "done"
+    assert job["progress"]["candidates_done"] == job["progress"]["candidates_total"] == MAX_VARIANTS
+    assert job["progress"]["tasks_done"] == job["progress"]["tasks_total"] == 1
+    winner = job["problems"][0]["winner"]
+    assert winner is not None
+
+    measurements = user.measurements(job_id=job["id"])
+    assert len(measurements) == MAX_VARIANTS
+    assert len({m["variant_name"] for m in measurements}) == MAX_VARIANTS
+    assert all(m["outcome"] for m in measurements)
+    verified = [m for m in measurements if m["outcome"] == "ok"]
+    assert verified, [(m["variant_name"], m["outcome"], m["log"][-200:]) for m in measurements]
+    assert winner["variant_name"] in {m["variant_name"] for m in verified}
+    fastest = min(m["median_us"] for m in verified)
+    assert winner["median_us"] <= fastest * 1.05  # the engine's tie band may pick a near-tie
+
+    best = user.best_config(op="reduce", dtype="f32", dims=PROBLEM, backend="cpu")
+    assert best["exact"] is True
+    assert best["variant_name"] == winner["variant_name"]
+    assert best["device"]["backend"] == "cpu"
+    assert best["median_us"] == pytest.approx(winner["median_us"])
+
+
+def test_cli_tune_then_best_with_a_worker_running(
+    live_server: LiveServer, compile_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stop = threading.Event()
+    agent = WorkerAgent(TunehubClient(live_server.url, live_server.worker_token),
+                        engine_config(compile_cache), ("cpu",), name="cli-e2e",
+                        poll_interval_s=0.05)
+    thread = threading.Thread(target=agent.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    server = ["--server", live_server.url, "--token", live_server.admin_token]
+    try:
+        with pytest.raises(SystemExit) as tuned:
+            main(["tune", "reduce", "--m", "64", "--k", "2048", "--max-variants", "2", *server])
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    out = capsys.readouterr().out
+    assert tuned.value.code == 0, out
+    assert "candidates" in out and "winner for" in out
+    assert out.count("reduce_f32_") >= 3  # two rows plus the winner line
+
+    with pytest.raises(SystemExit) as best:
+        main(["best", "reduce", "--m", "64", "--k", "2048", "--device", "cpu", *server])
+    out = capsys.readouterr().out
+    assert best.value.code == 0
+    assert "exact match" in out and "reduce_f32_" in out
+
+    # a nearby shape is answered from the tuned one, with its distance
+    with pytest.raises(SystemExit) as near:
+        main(["best", "reduce", "--m", "128", "--k", "2048", *server])
+    out = capsys.readouterr().out
+    assert near.value.code == 0
+    assert "nearest tuned shape" in out
