@@ -142,8 +142,14 @@ def winner_line(problem: Mapping[str, Any]) -> str:
 
 def jobs_table(jobs: Sequence[Mapping[str, Any]]) -> Table:
     table = Table(title="jobs")
-    for column in ("id", "status", "op", "dtype", "problems", "candidates", "created"):
-        table.add_column(column)
+    # ids are what a user copies into `jobs cancel`: never cut them
+    id_width = max((len(str(job.get("id", ""))) for job in jobs), default=2)
+    table.add_column("id", no_wrap=True, min_width=id_width)
+    table.add_column("status", no_wrap=True)
+    table.add_column("op", no_wrap=True)
+    table.add_column("problems", overflow="fold")
+    table.add_column("candidates", no_wrap=True, justify="right")
+    table.add_column("created", overflow="fold")
     for job in jobs:
         counts = job.get("progress") or {}
         problems = job.get("problems") or []
@@ -153,11 +159,10 @@ def jobs_table(jobs: Sequence[Mapping[str, Any]]) -> Table:
         table.add_row(
             str(job.get("id", "?")),
             str(job.get("status", "?")),
-            str(job.get("op", "")),
-            str(job.get("dtype", "")),
-            shown,
+            f"{job.get('op', '')} {job.get('dtype', '')}".strip(),
+            shown or str(job.get("total_tasks", "")),
             f"{counts.get('candidates_done', 0)}/{counts.get('candidates_total', 0)}",
-            str(job.get("created_at", "")),
+            str(job.get("created_at", ""))[:16].replace("T", " "),
         )
     return table
 

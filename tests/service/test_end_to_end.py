@@ -157,3 +157,36 @@ def test_cli_tune_then_best_with_a_worker_running(
     out = capsys.readouterr().out
     assert near.value.code == 0
     assert "nearest tuned shape" in out
+
+
+def test_cli_against_a_live_server_without_tuning(
+    live_server: LiveServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = ["--server", live_server.url, "--token", live_server.admin_token]
+    with pytest.raises(SystemExit) as untuned:
+        main(["best", "gemm", "--m", "64", "--n", "64", "--k", "64", *server])
+    out = capsys.readouterr().out
+    assert untuned.value.code == 1
+    assert out.startswith("not tuned yet")
+
+    user = TunehubClient(live_server.url, live_server.admin_token)
+    job = user.submit_job(op="softmax", dtype="f32", problems=[{"m": 8, "k": 64}])
+    with pytest.raises(SystemExit) as listed:
+        main(["jobs", *server])
+    out = capsys.readouterr().out
+    assert listed.value.code == 0
+    assert job["id"] in out and "queued" in out
+
+    with pytest.raises(SystemExit) as cancelled:
+        main(["jobs", "cancel", job["id"], *server])
+    assert cancelled.value.code == 0
+    assert "cancelled" in capsys.readouterr().out
+    assert user.get_job(job["id"])["status"] == "cancelled"
+
+    # a worker token may not submit: the refusal is one line, exit 2
+    with pytest.raises(SystemExit) as refused:
+        main(["tune", "reduce", "--m", "8", "--k", "8", "--server", live_server.url,
+              "--token", live_server.worker_token])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2
+    assert "HTTP 403" in err and len(err.strip().splitlines()) == 1
