@@ -93,28 +93,37 @@ def _find_params(op: str, dtype: str, layout: str, name: str) -> dict[str, Any]:
     raise SystemExit(f"{name} is not in the {op} space")
 
 
-def build(cache_dir: Path, jobs: int, only: list[str]) -> dict[str, Any]:
+def build(cache_dir: Path, jobs: int, only: list[str], compile_missing: bool = True,
+          identity: str | None = None) -> dict[str, Any]:
+    """Compile the set into the cache (or, without ``compile_missing``, only record in the
+    manifest what the cache already holds). Names already built in the manifest are kept."""
     cache_dir = cache_dir.resolve()  # the compiler runs inside the staging folder
-    includes = _include_dirs()
-
-    def argv(src: Path, out: Path, flags: Any) -> list[str]:
-        return ["nvcc", *flags, *[f"-I{d}" for d in includes], "-shared", "-Xcompiler", "-fPIC",
-                str(src), "-o", str(out)]
-
-    identity = _nvcc_identity()
+    manifest_path = cache_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    identity = identity or manifest.get("_identity") or _nvcc_identity()
     cache = CompileCache(cache_dir, artifact_name="kernel.so")
     variants = []
     for op, dtype, layout, name in VARIANTS:
-        if only and name not in only:
+        if (only and name not in only) or manifest.get(name, {}).get("ok"):
             continue
         params = _find_params(op, dtype, layout, name)
-        variants.append((op, dtype, layout, render_variant(
-            SPACES[op], params, dtype, layout, "sm_90", SM90_FLAGS, identity)))
+        variant = render_variant(SPACES[op], params, dtype, layout, "sm_90", SM90_FLAGS, identity)
+        if compile_missing or cache.lookup(variant.id) is not None:
+            variants.append((op, dtype, layout, variant))
     started = time.monotonic()
-    results = build_variants(cache, [v for *_, v in variants], argv, source_name="kernel.cu",
-                             workers=jobs, timeout_s=900)
-    manifest_path = cache_dir / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    if compile_missing:
+        includes = _include_dirs()
+
+        def argv(src: Path, out: Path, flags: Any) -> list[str]:
+            return ["nvcc", *flags, *[f"-I{d}" for d in includes], "-shared", "-Xcompiler",
+                    "-fPIC", str(src), "-o", str(out)]
+
+        results = build_variants(cache, [v for *_, v in variants], argv,
+                                 source_name="kernel.cu", workers=jobs, timeout_s=900)
+    else:
+        results = build_variants(cache, [v for *_, v in variants], lambda *a: [],
+                                 source_name="kernel.cu", workers=1, timeout_s=1)
+    manifest["_identity"] = identity
     for op, dtype, layout, variant in variants:
         res = results[variant.id]
         entry = cache.entry(variant.id)
@@ -268,19 +277,18 @@ def run(cache_dir: Path, out_dir: Path) -> None:
     manifest = json.loads((cache_dir / "manifest.json").read_text())
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / "cutlass_smoke.jsonl"
-    stream = torch.cuda.current_stream()
     rows: list[dict[str, Any]] = []
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     state_before = _gpu_state()
     with log_path.open("w") as log:
         for op, problems in PROBLEMS.items():
-            names = [n for n, e in manifest.items() if e["op"] == op]
+            names = [n for n, e in manifest.items() if not n.startswith("_") and e["op"] == op]
             for problem in problems:
                 for dtype, layout in sorted({(manifest[n]["dtype"], manifest[n]["layout"])
                                              for n in names}):
                     rows += _measure_group(torch, manifest, cache_dir, op, dtype, layout, problem,
-                                           gen, stream, log)
+                                           gen, log)
     state_after = _gpu_state()
     (out_dir / "gpu_state.json").write_text(json.dumps(
         {"before": state_before, "after": state_after, "device": torch.cuda.get_device_name(),
@@ -294,7 +302,7 @@ def run(cache_dir: Path, out_dir: Path) -> None:
 
 
 def _measure_group(torch: Any, manifest: dict[str, Any], cache_dir: Path, op: str, dtype: str,
-                   layout: str, problem: Problem, gen: Any, stream: Any, log: Any) -> list[dict]:
+                   layout: str, problem: Problem, gen: Any, log: Any) -> list[dict]:
     tdt = torch.float16 if dtype == "f16" else torch.bfloat16
     set_bytes = sum(2 * n for n in problem.operand_sizes().values())
     n_sets = max(1, min(8, math.ceil(2 * L2_BYTES / set_bytes)))
@@ -315,6 +323,8 @@ def _measure_group(torch: Any, manifest: dict[str, Any], cache_dir: Path, op: st
         rows.append(row)
 
     for name, entry in manifest.items():
+        if name.startswith("_"):
+            continue
         if (entry["op"], entry["dtype"], entry["layout"]) != (op, dtype, layout):
             continue
         row: dict[str, Any] = {"variant": name}
@@ -335,14 +345,16 @@ def _measure_group(torch: Any, manifest: dict[str, Any], cache_dir: Path, op: st
             continue
         ws_bytes = lib.tunehub_workspace_bytes(dims, len(dims_list))
         workspace = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device="cuda")
-        ptrs = [(ctypes.c_void_p * 2)(*(t.data_ptr() for t in s)) for s in sets]
+        arrays = [(ctypes.c_void_p * 2)(*(t.data_ptr() for t in s)) for s in sets]
+        ptrs = [ctypes.cast(arr, ctypes.c_void_p) for arr in arrays]
         status = {"rc": 0}
 
         def launch(i: int, lib: Any = lib, ptrs: Any = ptrs, workspace: Any = workspace,
                    ws_bytes: int = ws_bytes, status: dict = status) -> None:
+            # the current stream, not a fixed one: graph capture runs on a side stream
             rc = lib.tunehub_run(ptrs[i], ctypes.c_void_p(outs[i].data_ptr()), dims,
                                  len(dims_list), ctypes.c_void_p(workspace.data_ptr()), ws_bytes,
-                                 ctypes.c_void_p(stream.cuda_stream))
+                                 ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
             status["rc"] = status["rc"] or rc
 
         outs[0].fill_(float("nan"))
@@ -392,16 +404,17 @@ def main() -> None:
     b.add_argument("--cache", type=Path, default=Path(".cache/cutlass"))
     b.add_argument("--jobs", type=int, default=2)
     b.add_argument("--only", nargs="*", default=[])
+    b.add_argument("--no-compile", action="store_true", help="only record what is cached")
     r = sub.add_parser("run")
     r.add_argument("--cache", type=Path, default=Path(".cache/cutlass"))
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--build-missing", action="store_true")
     args = parser.parse_args()
     if args.cmd == "build":
-        build(args.cache, args.jobs, args.only)
+        build(args.cache, args.jobs, args.only, compile_missing=not args.no_compile)
         return
     if args.build_missing and shutil.which("nvcc"):
-        build(args.cache, 12, [])
+        build(args.cache, 16, [])
     run(args.cache, args.out)
 
 
