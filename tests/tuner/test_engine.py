@@ -1,0 +1,89 @@
+"""engine.tune end to end on the CPU backend: budgets, a verified winner, failures as data."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.tuner.cpu_helpers import quick_config
+from tuner.backends.cpu import CpuBackend
+from tuner.engine import candidate_params, pick_winner, tune
+from tuner.errors import InvalidRequestError, NoVariantsError
+from tuner.problems import ReduceProblem, SoftmaxProblem
+from tuner.types import BenchResult, Budget, Outcome, Timing, TuneRequest
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("engine-cache")
+
+
+@pytest.fixture()
+def backend(cache_dir: Path) -> Iterator[CpuBackend]:
+    b = CpuBackend(quick_config(cache_dir))
+    yield b
+    b.close()
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.start: tuple[int, int] | None = None
+        self.done: list[int] = []
+
+    def on_start(self, total: int, pruned: int) -> None:
+        self.start = (total, pruned)
+
+    def on_result(self, result: BenchResult, done: int, total: int) -> None:
+        self.done.append(done)
+
+
+def test_tune_reduce_exhaustive_with_max_variants(backend: CpuBackend) -> None:
+    problem = ReduceProblem(m=16, k=24, kind="sum")
+    request = TuneRequest("reduce", "f32", "row", problem, strategy="exhaustive",
+                          budget=Budget(max_variants=3))
+    recorder = Recorder()
+    result = tune(request, backend, backend.config, recorder)
+    assert len(result.results) == 3
+    assert recorder.start is not None and recorder.start[0] == 3 and recorder.start[1] > 0
+    assert recorder.done == [1, 2, 3]
+    assert result.winner is not None and result.winner.outcome is Outcome.OK
+    assert result.winner.timing is not None
+    assert result.winner in result.results
+    assert result.device.backend == "cpu" and result.toolchain.compiler.startswith("g++")
+    # exhaustive follows the space's order: the first three runnable candidates
+    kept, _ = candidate_params(request, backend.device().arch, "cpu")
+    assert [r.params for r in result.results] == kept[:3]
+
+
+def test_tune_softmax_again_hits_the_compile_cache(backend: CpuBackend) -> None:
+    request = TuneRequest("softmax", "bf16", "row", SoftmaxProblem(m=8, k=40),
+                          budget=Budget(max_variants=2))
+    first = tune(request, backend, backend.config)
+    second = tune(request, backend, backend.config)
+    assert first.winner is not None and second.winner is not None
+    assert [r.variant_id for r in first.results] == [r.variant_id for r in second.results]
+    assert all(r.compile_seconds == 0.0 for r in second.results)  # cached builds
+
+
+def test_everything_pruned_raises(backend: CpuBackend) -> None:
+    # k=1 still admits pack 1 / acc 1 / unroll 1, so check the error path with a foreign op space
+    request = TuneRequest("reduce", "f32", "row", SoftmaxProblem(m=1, k=1))
+    with pytest.raises(NoVariantsError):
+        tune(request, backend, backend.config)
+
+
+def test_bad_dtype_is_invalid_request(backend: CpuBackend) -> None:
+    request = TuneRequest("reduce", "f64", "row", ReduceProblem(m=1, k=8))
+    with pytest.raises(InvalidRequestError):
+        tune(request, backend, backend.config)
+
+
+def test_pick_winner_breaks_ties_by_name() -> None:
+    def result(name: str, median: float, outcome: Outcome = Outcome.OK) -> BenchResult:
+        return BenchResult(name, name, {}, outcome, Timing(median, median, median, median, 5))
+
+    results = [result("b", 10.0), result("a", 10.1), result("c", 5.0, Outcome.WRONG_RESULT)]
+    winner = pick_winner(results, tie_band=0.02)
+    assert winner is not None and winner.variant_name == "a"
