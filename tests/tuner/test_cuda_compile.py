@@ -1,0 +1,76 @@
+"""Compile-check a few CUDA variants with the local nvcc (no GPU needed) and call the host-side
+ABI functions of the built shared objects."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tuner.backends.cuda import CudaBackend
+from tuner.render import render_variant
+from tuner.spaces.cuda_reduce import CudaReduceSpace
+from tuner.spaces.cuda_softmax import CudaSoftmaxSpace
+from tuner.types import EngineConfig
+
+pytestmark = [
+    pytest.mark.nvcc,
+    pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH"),
+]
+
+CASES = [
+    (CudaReduceSpace(), "f16", {"pack": 8, "strategy": "group", "group": 4, "threads": 256}),
+    (CudaReduceSpace(), "f32", {"pack": 4, "strategy": "block", "group": 1024, "threads": 1024}),
+    (CudaSoftmaxSpace(), "bf16", {"pack": 8, "strategy": "warp", "group": 32, "threads": 128,
+                                  "mode": "reg"}),
+    (CudaSoftmaxSpace(), "f16", {"pack": 2, "strategy": "block", "group": 256, "threads": 256,
+                                 "mode": "2pass"}),
+]
+
+
+def _dims(*values: int) -> tuple[ctypes.Array, int]:
+    return (ctypes.c_int64 * len(values))(*values), len(values)
+
+
+def test_variants_compile_and_export_the_abi(tmp_path: Path) -> None:
+    backend = CudaBackend(EngineConfig(cache_dir=str(tmp_path), compile_workers=2))
+    variants = [
+        render_variant(space, params, dtype, "row", "sm_90", backend.base_flags("sm_90"),
+                       backend.compiler_identity())
+        for space, dtype, params in CASES
+    ]
+    builds = backend.build(variants)
+    for variant in variants:
+        built = builds[variant.id]
+        assert built.ok, built.log
+        lib = ctypes.CDLL(str(built.artifact))
+        lib.tunehub_describe.restype = ctypes.c_char_p
+        assert lib.tunehub_describe().decode().startswith(variant.name + " ")
+        lib.tunehub_workspace_bytes.restype = ctypes.c_size_t
+        pack = variant.params["pack"]
+        if variant.op == "reduce":
+            assert lib.tunehub_can_run(*_dims(64, 8 * pack, 0)) == 0
+            assert lib.tunehub_can_run(*_dims(64, 8 * pack, 7)) == 1  # unknown kind
+            assert lib.tunehub_workspace_bytes(*_dims(64, 8 * pack, 0)) == 0
+        else:
+            assert lib.tunehub_can_run(*_dims(64, 8 * pack)) == 0
+            assert lib.tunehub_can_run(*_dims(64, 8 * pack, 1)) == 1  # wrong dim count
+        if pack > 1:  # a row length that breaks the vector width
+            odd = (64, 8 * pack + 1, 0) if variant.op == "reduce" else (64, 8 * pack + 1)
+            assert lib.tunehub_can_run(*_dims(*odd)) == 2  # TUNEHUB_MISALIGNED
+    again = backend.build(variants)
+    assert all(r.cached for r in again.values())
+
+
+def test_register_softmax_refuses_rows_it_cannot_hold(tmp_path: Path) -> None:
+    backend = CudaBackend(EngineConfig(cache_dir=str(tmp_path)))
+    space, dtype, params = CASES[2]
+    variant = render_variant(space, params, dtype, "row", "sm_90", backend.base_flags("sm_90"),
+                             backend.compiler_identity())
+    built = backend.build([variant])[variant.id]
+    assert built.ok, built.log
+    lib = ctypes.CDLL(str(built.artifact))
+    assert lib.tunehub_can_run(*_dims(4, 4096)) == 0
+    assert lib.tunehub_can_run(*_dims(4, 8192)) == 3  # TUNEHUB_UNSUPPORTED

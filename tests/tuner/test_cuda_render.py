@@ -1,0 +1,170 @@
+"""The hand-written CUDA spaces render every variant; pruning, flags, harness plumbing.
+
+No nvcc and no GPU needed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuner.backends.cuda import CudaBackend, arch_flags
+from tuner.backends.cuda_process import HarnessProcess, HarnessTimeout
+from tuner.cutlass_paths import cutlass_include_dirs
+from tuner.errors import DeviceError, ToolchainError
+from tuner.nvml import suspect_reasons
+from tuner.problems import ReduceProblem, SoftmaxProblem
+from tuner.render import render_variant
+from tuner.spaces.cuda_reduce import CudaReduceSpace
+from tuner.spaces.cuda_softmax import CudaSoftmaxSpace
+from tuner.types import BenchResult, EngineConfig, Outcome, TuneRequest
+
+SPACES = [CudaReduceSpace(), CudaSoftmaxSpace()]
+SYMBOLS = ("tunehub_can_run", "tunehub_workspace_bytes", "tunehub_run", "tunehub_describe")
+
+
+@pytest.mark.parametrize("space", SPACES, ids=lambda s: s.op)
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
+def test_every_variant_renders(space, dtype: str) -> None:
+    names = set()
+    for params in space.enumerate(dtype, "row", "sm_90"):
+        variant = render_variant(space, params, dtype, "row", "sm_90", arch_flags("sm_90"), "nvcc")
+        assert variant.name not in names
+        names.add(variant.name)
+        for symbol in SYMBOLS:  # declared by the ABI header, then defined by the template
+            assert variant.source.count(f" {symbol}(") >= 2, symbol
+        assert f'"{variant.name} ' in variant.source  # tunehub_describe names the variant
+        assert "{{" not in variant.source and "{%" not in variant.source
+    assert len(names) >= 50
+
+
+def test_names_follow_the_procedural_scheme() -> None:
+    reduce_space, softmax_space = SPACES
+    assert reduce_space.name({"pack": 8, "strategy": "group", "group": 4, "threads": 256},
+                             "f16", "row") == "reduce_f16_p8_g4_t256"
+    assert softmax_space.name({"pack": 8, "strategy": "warp", "group": 32, "threads": 128,
+                               "mode": "reg"}, "f16", "row") == "softmax_f16_p8_warp_t128_reg"
+
+
+def test_f32_packs_stop_at_16_bytes() -> None:
+    packs = {p["pack"] for p in CudaReduceSpace().enumerate("f32", "row", "sm_90")}
+    assert packs == {1, 2, 4}
+
+
+def test_other_layouts_enumerate_nothing() -> None:
+    assert list(CudaReduceSpace().enumerate("f16", "rcr", "sm_90")) == []
+
+
+def test_prune_reasons() -> None:
+    space = CudaReduceSpace()
+    p8 = {"pack": 8, "strategy": "group", "group": 4, "threads": 256}
+    assert "multiple of pack" in (space.prune(p8, ReduceProblem(m=4, k=100), "f16", "row") or "")
+    assert space.prune(p8, ReduceProblem(m=4, k=1024), "f16", "row") is None
+    block = {"pack": 8, "strategy": "block", "group": 1024, "threads": 1024}
+    assert "idle" in (space.prune(block, ReduceProblem(m=4, k=1024), "f16", "row") or "")
+    smallest = {"pack": 1, "strategy": "group", "group": 2, "threads": 128}
+    assert space.prune(smallest, ReduceProblem(m=4, k=1), "f16", "row") is None
+
+
+def test_softmax_registers_prune_long_rows() -> None:
+    space = CudaSoftmaxSpace()
+    reg = {"pack": 8, "strategy": "warp", "group": 32, "threads": 128, "mode": "reg"}
+    assert space.prune(reg, SoftmaxProblem(m=4, k=4096), "f16", "row") is None
+    assert "registers" in (space.prune(reg, SoftmaxProblem(m=4, k=8192), "f16", "row") or "")
+    two_pass = dict(reg, mode="2pass")
+    assert space.prune(two_pass, SoftmaxProblem(m=4, k=1 << 20), "f16", "row") is None
+
+
+def test_every_k_of_the_sweep_keeps_candidates() -> None:
+    for k in (1, 8, 32, 1024, 32768, 1 << 20):
+        for space in SPACES:
+            problem = ReduceProblem(m=8, k=k) if space.op == "reduce" else SoftmaxProblem(m=8, k=k)
+            kept = [p for p in space.enumerate("f16", "row", "sm_90")
+                    if space.prune(p, problem, "f16", "row") is None]
+            assert kept, (space.op, k)
+
+
+def test_arch_flags() -> None:
+    assert "-gencode=arch=compute_90a,code=sm_90a" in arch_flags("sm_90")
+    assert "-DNDEBUG" in arch_flags("sm_90")
+    assert "-gencode=arch=compute_80,code=sm_80" in arch_flags("sm_80")
+    with pytest.raises(ToolchainError):
+        arch_flags("gfx90a")
+
+
+def test_cutlass_include_dirs(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert cutlass_include_dirs(("/x",)) == ("/x",)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    with pytest.raises(ToolchainError, match="pip install nvidia-cutlass"):
+        cutlass_include_dirs()
+
+
+def test_suspect_reasons() -> None:
+    assert suspect_reasons({"throttle_mask": 0x1, "pids": [7]}, {"pids": [7]}, {7}) == []
+    reasons = suspect_reasons({"throttle_mask": 0x4, "pids": [7, 9]}, {}, {7})
+    assert "software power cap" in reasons
+    assert any("[9]" in r for r in reasons)
+
+
+def _fake_harness(tmp_path: Path, body: str) -> list[str]:
+    script = tmp_path / "fake_harness.py"
+    script.write_text("import json, sys, time\n"
+                      "for line in sys.stdin:\n"
+                      "    req = json.loads(line)\n" + body)
+    return [sys.executable, str(script)]
+
+
+def test_harness_process_answers_restarts_and_times_out(tmp_path: Path) -> None:
+    argv = _fake_harness(tmp_path, """
+    if req['cmd'] == 'crash':
+        sys.exit(3)
+    if req['cmd'] == 'hang':
+        time.sleep(60)
+    print(json.dumps({'echo': req['cmd']}), flush=True)
+""")
+    proc = HarnessProcess(argv, env={})
+    try:
+        assert proc.request({"cmd": "a"}, 10) == {"echo": "a"}
+        died = proc.request({"cmd": "crash"}, 10)
+        assert died["fatal"] and "exited with code 3" in died["log"]
+        assert proc.request({"cmd": "b"}, 10) == {"echo": "b"}
+        with pytest.raises(HarnessTimeout):
+            proc.request({"cmd": "hang"}, 0.5)
+        assert not proc.alive()
+        assert proc.request({"cmd": "c"}, 10) == {"echo": "c"}
+        assert proc.starts == 3
+    finally:
+        proc.close()
+
+
+def test_results_carry_throughput_and_suspect(tmp_path: Path) -> None:
+    backend = CudaBackend(EngineConfig(cache_dir=str(tmp_path)), nvcc="nvcc")
+    request = TuneRequest(op="reduce", dtype="f16", layout="row",
+                          problem=ReduceProblem(m=1024, k=1024), backend="cuda")
+    base = BenchResult("id", "reduce_f16_p8_g4_t256", {}, Outcome.RUNTIME_ERROR)
+    answer = {"outcome": "ok", "samples_us": [2.0] * 10, "suspect_reasons": ["power cap"],
+              "provenance": {"batch": 100}}
+    result = backend._result(base, json.loads(json.dumps(answer)), request, 0.1)
+    assert result.ok and result.suspect
+    # (1024*1024 + 1024) f16 elements in 2 us
+    assert result.throughput == pytest.approx((1024 * 1024 + 1024) * 2 / 2.0 / 1e3)
+    assert result.throughput_unit == "GB/s"
+    wrong = backend._result(base, {"outcome": "wrong_result", "log": "bad"}, request, 0.1)
+    assert wrong.outcome is Outcome.WRONG_RESULT and wrong.timing is None
+
+
+def test_device_without_a_gpu_is_a_device_error(tmp_path: Path) -> None:
+    pytest.importorskip("numpy")
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is present")
+    except ImportError:
+        pass
+    backend = CudaBackend(EngineConfig(cache_dir=str(tmp_path)), harness_python=sys.executable)
+    with pytest.raises(DeviceError):
+        backend.device()

@@ -1,0 +1,240 @@
+"""The CUDA backend: nvcc builds each variant into a shared object; a harness process per
+device (``tuner.backends.cuda_harness``, which owns torch) verifies and times it.
+
+The worker process never imports torch: ``device()`` and ``run()`` talk to the harness over
+pipes (one JSON line per request and answer). A harness that crashes is restarted on the next
+request; one that hangs past ``run_timeout_s`` is killed and the variant counts as TIMEOUT.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tuner.backends.base import Backend
+from tuner.backends.cuda_process import HarnessProcess, HarnessTimeout
+from tuner.compile import CompileCache, build_variants
+from tuner.cutlass_paths import cutlass_include_dirs, cutlass_version
+from tuner.errors import DeviceError, ToolchainError
+from tuner.reference import ELEMENT_SIZE
+from tuner.render import TEMPLATES_DIR, template_version
+from tuner.spaces.base import VariantSpace
+from tuner.stats import timing_from_samples
+from tuner.types import (
+    BenchResult,
+    CompileResult,
+    DeviceInfo,
+    EngineConfig,
+    Outcome,
+    Toolchain,
+    TuneRequest,
+    Variant,
+)
+
+__all__ = ["CudaBackend", "arch_flags", "nvcc_version_line"]
+
+log = logging.getLogger(__name__)
+
+_OUTCOMES = {o.value: o for o in Outcome}
+#: ops whose templates include CUTLASS headers
+_CUTLASS_OPS = ("gemm", "conv2d")
+_PROBE_TIMEOUT_S = 120.0
+
+
+def arch_flags(arch: str) -> tuple[str, ...]:
+    """nvcc flags every variant for ``arch`` gets (sm_90 builds the wgmma-capable sm_90a)."""
+    if not arch.startswith("sm_") or not arch[3:].isdigit():
+        raise ToolchainError(f"unknown CUDA arch {arch!r}")
+    number = arch[3:]
+    target = f"{number}a" if number == "90" else number
+    return ("-std=c++17", "-O3", "-DNDEBUG", f"-gencode=arch=compute_{target},code=sm_{target}",
+            "--expt-relaxed-constexpr")
+
+
+def nvcc_version_line(nvcc: str) -> str:
+    """``Cuda compilation tools, release 13.0, V13.0.88`` (the compiler identity)."""
+    try:
+        proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolchainError(f"nvcc is not usable at {nvcc!r}: {exc}") from None
+    for line in proc.stdout.splitlines():
+        if "release" in line:
+            return line.strip()
+    raise ToolchainError(f"cannot read nvcc's version from: {proc.stdout[-300:]!r}")
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+
+    def __init__(self, config: EngineConfig, *, nvcc: str | None = None,
+                 harness_python: str | None = None) -> None:
+        super().__init__(config)
+        self._nvcc = nvcc
+        self._identity: str | None = None
+        self._device: DeviceInfo | None = None
+        self.harness_python = harness_python or sys.executable
+        # absolute: the compiler runs inside the staging folder
+        self.cache = CompileCache(Path(config.cache_dir).resolve() / "cuda", config.cache_max_bytes,
+                                  artifact_name="kernel.so")
+        self._harness: HarnessProcess | None = None
+
+    # -- toolchain -------------------------------------------------------------------------
+
+    def nvcc(self) -> str:
+        if self._nvcc is None:
+            found = shutil.which("nvcc")
+            if found is None:
+                raise ToolchainError("nvcc is not on PATH: install the CUDA toolkit (13.0)")
+            self._nvcc = found
+        return self._nvcc
+
+    def compiler_identity(self) -> str:
+        if self._identity is None:
+            self._identity = nvcc_version_line(self.nvcc())
+        return self._identity
+
+    def base_flags(self, arch: str) -> tuple[str, ...]:
+        return arch_flags(arch)
+
+    def toolchain(self, space: VariantSpace) -> Toolchain:
+        version = self.compiler_identity().rsplit("V", 1)[-1]
+        libraries = {}
+        if space.op in _CUTLASS_OPS and cutlass_version():
+            libraries["cutlass"] = cutlass_version()
+        return Toolchain(f"nvcc {version}", template_version(space.template), libraries)
+
+    def _include_dirs(self, variants: Sequence[Variant]) -> list[str]:
+        dirs = [str(TEMPLATES_DIR / "cuda")]
+        if any(v.op in _CUTLASS_OPS for v in variants):
+            dirs += cutlass_include_dirs(self.config.include_dirs)
+        else:
+            dirs += list(self.config.include_dirs)
+        return dirs
+
+    def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]:
+        nvcc = self.nvcc()
+        self.compiler_identity()
+        includes = [f"-I{d}" for d in self._include_dirs(variants)]
+
+        def make_argv(source: Path, output: Path, flags: Sequence[str]) -> list[str]:
+            return [nvcc, *flags, "-shared", "-Xcompiler", "-fPIC", *includes,
+                    "-o", str(output), str(source)]
+
+        return build_variants(self.cache, variants, make_argv, source_name="kernel.cu",
+                              workers=self.config.compile_workers or os.cpu_count() or 1,
+                              timeout_s=self.config.compile_timeout_s)
+
+    # -- device ----------------------------------------------------------------------------
+
+    def _harness_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["CUDA_VISIBLE_DEVICES"] = str(self.config.device_index)
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+    def _harness_argv(self, mode: str) -> list[str]:
+        return [self.harness_python, "-m", "tuner.backends.cuda_harness", mode]
+
+    def device(self) -> DeviceInfo:
+        if self._device is not None:
+            return self._device
+        try:
+            proc = subprocess.run(self._harness_argv("--probe"), capture_output=True, text=True,
+                                  timeout=_PROBE_TIMEOUT_S, env=self._harness_env(), check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise DeviceError(f"the CUDA harness probe failed: {exc}") from None
+        try:
+            info = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            detail = proc.stderr[-800:]
+            raise DeviceError(f"the CUDA harness probe gave no answer: {detail}") from None
+        if "error" in info:
+            raise DeviceError(f"no usable CUDA device {self.config.device_index}: {info['error']}")
+        self._device = DeviceInfo(
+            backend="cuda", name=info["name"], arch=info["arch"], sm_count=int(info["sm_count"]),
+            driver=info.get("driver", ""), runtime=info.get("runtime", ""),
+            memory_bytes=int(info.get("memory_bytes", 0)),
+            extra={k: info[k] for k in ("l2_bytes", "pci_bus_id", "torch") if k in info},
+        )
+        return self._device
+
+    def harness(self) -> HarnessProcess:
+        if self._harness is None:
+            self._harness = HarnessProcess(self._harness_argv("--serve"), self._harness_env())
+        return self._harness
+
+    def request(self, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """One request to the harness (started on demand); raises HarnessTimeout on a hang."""
+        return self.harness().request(payload, timeout_s)
+
+    def measure_copy_bandwidth(self, nbytes: int = 1 << 30) -> float:
+        """Device-to-device copy rate in GB/s (read + write), the ceiling of memory-bound ops."""
+        answer = self.request({"cmd": "copy", "bytes": int(nbytes)}, self.config.run_timeout_s)
+        if "gb_per_s" not in answer:
+            raise DeviceError(f"copy bandwidth measurement failed: {answer.get('log', answer)}")
+        return float(answer["gb_per_s"])
+
+    def run(self, variant: Variant, artifact: str, request: TuneRequest,
+            abort_above_us: float | None = None) -> BenchResult:
+        payload = {
+            "cmd": "run", "artifact": str(artifact), "op": request.op, "dtype": request.dtype,
+            "layout": request.layout, "problem": request.problem.dims(),
+            "seed": request.seed or self.config.seed, "warmup_s": self.config.warmup_seconds,
+            "bench_s": self.config.bench_seconds, "min_samples": self.config.min_reps,
+            "max_samples": self.config.max_reps, "abort_us": abort_above_us,
+        }
+        base = BenchResult(variant.id, variant.name, variant.params, Outcome.RUNTIME_ERROR)
+        started = time.monotonic()
+        try:
+            answer = self.request(payload, self.config.run_timeout_s)
+        except HarnessTimeout as exc:
+            return _replace(base, outcome=Outcome.TIMEOUT, log=str(exc))
+        return self._result(base, answer, request, time.monotonic() - started)
+
+    def _result(self, base: BenchResult, answer: dict[str, Any], request: TuneRequest,
+                seconds: float) -> BenchResult:
+        outcome = _OUTCOMES.get(str(answer.get("outcome")), Outcome.RUNTIME_ERROR)
+        provenance = dict(answer.get("provenance", {}))
+        provenance.update(run_seconds=round(seconds, 3), harness_describe=answer.get("describe"))
+        if self._device is not None:
+            provenance["device"] = self._device.key()
+        if "max_abs_error" in answer:
+            provenance["max_abs_error"] = answer["max_abs_error"]
+        reasons = list(answer.get("suspect_reasons", []))
+        if reasons:
+            provenance["suspect_reasons"] = reasons
+        samples = answer.get("samples_us") or []
+        timing = timing_from_samples(samples) if samples else None
+        throughput, unit = None, ""
+        if timing is not None and timing.median_us > 0:
+            problem = request.problem
+            if problem.flops() > 0:
+                throughput, unit = problem.flops() / timing.median_us / 1e6, "TFLOP/s"
+            else:
+                moved = problem.bytes_moved(ELEMENT_SIZE[request.dtype])
+                throughput, unit = moved / timing.median_us / 1e3, "GB/s"
+        return _replace(base, outcome=outcome, timing=timing, throughput=throughput,
+                        throughput_unit=unit, log=str(answer.get("log", ""))[-4000:],
+                        provenance=provenance, suspect=bool(reasons))
+
+    def close(self) -> None:
+        if self._harness is not None:
+            self._harness.close()
+            self._harness = None
+
+
+def _replace(result: BenchResult, **changes: Any) -> BenchResult:
+    from dataclasses import replace
+
+    return replace(result, **changes)

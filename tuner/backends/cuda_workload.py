@@ -1,0 +1,207 @@
+"""GPU side of the CUDA harness: inputs, reference, verification and timing, with torch.
+
+Imported only inside the harness process (``tuner.backends.cuda_harness``), never by the
+worker: torch lives on the GPU host alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tuner.problems import Conv2dProblem, GemmProblem, Problem, ReduceProblem, SoftmaxProblem
+from tuner.reference import _TOLERANCE  # one source of truth for per-dtype tolerances
+
+__all__ = ["Workload", "build_workload", "verify_output", "time_launches", "TimingRun",
+           "KIND_CODES", "TORCH_DTYPES"]
+
+TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+KIND_CODES = {"sum": 0, "max": 1, "mean": 2}
+#: most input sets rotated; tiny problems stay L2-resident beyond this, as documented
+MAX_INPUT_SETS = 256
+#: share of free device memory the rotated input sets may take
+MEMORY_SHARE = 0.4
+
+
+@dataclass
+class Workload:
+    """Everything one problem needs on the device, reused by every variant of that problem."""
+
+    key: str
+    inputs: list[list[torch.Tensor]]  # per set, in tuner.reference.make_inputs order
+    outputs: list[torch.Tensor]  # per set
+    expected: torch.Tensor  # float32 reference of set 0
+    dims: list[int]
+    reduction_len: int
+    set_bytes: int
+    pointer_arrays: list[Any] = field(default_factory=list)
+
+
+def _uniform(
+    shape: tuple[int, ...], dtype: str, scale: float, gen: torch.Generator
+) -> torch.Tensor:
+    values = torch.rand(shape, generator=gen, device="cuda", dtype=torch.float32)
+    return ((values * 2.0 - 1.0) * scale).to(TORCH_DTYPES[dtype])
+
+
+def _shapes(problem: Problem, layout: str) -> tuple[list[tuple[int, ...]], tuple[int, ...], float]:
+    """Input shapes, output shape and the value scale of the op."""
+    if isinstance(problem, GemmProblem):
+        m, n, k = problem.m, problem.n, problem.k
+        a = (m, k) if layout[0] == "r" else (k, m)
+        b = (k, n) if layout[1] == "r" else (n, k)
+        return [a, b], (m, n), 1.0
+    if isinstance(problem, Conv2dProblem):
+        p = problem
+        return [(p.n, p.h, p.w, p.c), (p.k, p.r, p.s, p.c)], (p.n, p.p, p.q, p.k), 1.0
+    if isinstance(problem, ReduceProblem):
+        return [(problem.m, problem.k)], (problem.m,), 4.0
+    if isinstance(problem, SoftmaxProblem):
+        return [(problem.m, problem.k)], (problem.m, problem.k), 4.0
+    raise TypeError(f"no workload for {type(problem).__name__}")
+
+
+def _reference(problem: Problem, layout: str, inputs: list[torch.Tensor]) -> torch.Tensor:
+    if isinstance(problem, GemmProblem):
+        a, b = (t.float() for t in inputs)
+        a = a if layout[0] == "r" else a.t()
+        b = b if layout[1] == "r" else b.t()
+        return a @ b
+    if isinstance(problem, Conv2dProblem):
+        x = inputs[0].float().permute(0, 3, 1, 2)
+        w = inputs[1].float().permute(0, 3, 1, 2)
+        y = torch.nn.functional.conv2d(x, w, stride=problem.stride, padding=problem.pad,
+                                       dilation=problem.dilation)
+        return y.permute(0, 2, 3, 1).contiguous()
+    x = inputs[0].float()
+    if isinstance(problem, ReduceProblem):
+        if problem.kind == "max":
+            return x.amax(dim=1)
+        return x.mean(dim=1) if problem.kind == "mean" else x.sum(dim=1)
+    return torch.softmax(x, dim=1)
+
+
+def _reduction_len(problem: Problem) -> int:
+    if isinstance(problem, GemmProblem):
+        return problem.k
+    if isinstance(problem, Conv2dProblem):
+        return problem.r * problem.s * problem.c
+    return int(getattr(problem, "k"))  # noqa: B009
+
+
+def build_workload(problem: Problem, dtype: str, layout: str, seed: int, l2_bytes: int) -> Workload:
+    """Random input sets totalling >= 2x L2 (capped by memory), outputs and the reference."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    in_shapes, out_shape, scale = _shapes(problem, layout)
+    elem = torch.tensor([], dtype=TORCH_DTYPES[dtype]).element_size()
+    set_bytes = (sum(math.prod(s) for s in in_shapes) + math.prod(out_shape)) * elem
+    free, _ = torch.cuda.mem_get_info()
+    wanted = max(1, math.ceil(2 * l2_bytes / max(1, set_bytes)))
+    affordable = max(1, int(free * MEMORY_SHARE) // max(1, set_bytes))
+    n_sets = min(wanted, affordable, MAX_INPUT_SETS)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    inputs = [[_uniform(s, dtype, scale, gen) for s in in_shapes] for _ in range(n_sets)]
+    outputs = [torch.empty(out_shape, dtype=TORCH_DTYPES[dtype], device="cuda")
+               for _ in range(n_sets)]
+    dims = [int(v) for v in problem.int_dims().values()]
+    if isinstance(problem, ReduceProblem):
+        dims.append(KIND_CODES[problem.kind])
+    work = Workload(
+        key=f"{problem.op}|{dtype}|{layout}|{problem.key()}|{seed}",
+        inputs=inputs, outputs=outputs, expected=_reference(problem, layout, inputs[0]),
+        dims=dims, reduction_len=_reduction_len(problem), set_bytes=set_bytes,
+    )
+    work.pointer_arrays = [(ctypes.c_void_p * len(s))(*[t.data_ptr() for t in s]) for s in inputs]
+    return work
+
+
+def verify_output(work: Workload, dtype: str) -> tuple[bool, float, str]:
+    """(ok, max |error|, message) of output set 0 against the float32 reference."""
+    got = work.outputs[0].float().reshape(work.expected.shape)
+    finite = torch.isfinite(got)
+    if not bool(finite.all()):
+        bad = int((~finite).sum())
+        return False, math.inf, f"{bad} non-finite outputs (poison left or overflow)"
+    rtol, atol = _TOLERANCE[dtype]
+    scale = max(1.0, math.sqrt(work.reduction_len) / 8.0)
+    err = (got - work.expected).abs()
+    excess = err - (atol + rtol * work.expected.abs()) * scale
+    worst = float(err.max()) if err.numel() else 0.0
+    if not bool((excess > 0).any()):
+        return True, worst, "ok"
+    flat = int(excess.argmax())
+    return False, worst, (f"max |error| {worst:.3g}; worst at flat index {flat}: got "
+                          f"{float(got.flatten()[flat]):.6g}, expected "
+                          f"{float(work.expected.flatten()[flat]):.6g}")
+
+
+@dataclass
+class TimingRun:
+    samples_us: list[float]
+    batch: int
+    graph: bool
+    aborted: bool
+
+
+def _elapsed_us(fn: Callable[[], None]) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000.0
+
+
+def time_launches(
+    launch: Callable[[int, int], None], n_sets: int, *, warmup_s: float, bench_s: float,
+    min_samples: int, max_samples: int, abort_us: float | None, batch_us: float = 1000.0,
+    use_graph: bool = True, max_batch: int = 2000,
+) -> TimingRun:
+    """Per-launch microseconds: batches of back-to-back launches (rotating the input sets),
+    captured in a CUDA graph when possible, each batch timed with CUDA events.
+
+    ``launch(set_index, stream_handle)`` enqueues one launch on the stream.
+    """
+    stream = torch.cuda.current_stream()
+    one = min(_elapsed_us(lambda: launch(0, stream.cuda_stream)) for _ in range(3))
+    batch = max(1, min(max_batch, math.ceil(batch_us / max(one, 0.5))))
+
+    def run_batch(handle: int) -> None:
+        for i in range(batch):
+            launch(i % n_sets, handle)
+
+    replay: Callable[[], None] = lambda: run_batch(stream.cuda_stream)  # noqa: E731
+    graph_used = False
+    if use_graph:
+        try:
+            graph = torch.cuda.CUDAGraph()
+            capture_stream = torch.cuda.Stream()
+            with torch.cuda.graph(graph, stream=capture_stream):
+                run_batch(capture_stream.cuda_stream)
+            replay, graph_used = graph.replay, True
+        except RuntimeError:  # capture unsupported for this launch: time plain launches
+            torch.cuda.synchronize()
+    warm_until = time.perf_counter() + warmup_s
+    while time.perf_counter() < warm_until:
+        _elapsed_us(replay)
+    samples: list[float] = []
+    deadline = time.perf_counter() + bench_s
+    aborted = False
+    while len(samples) < max_samples:
+        samples.append(_elapsed_us(replay) / batch)
+        if abort_us is not None and len(samples) >= 3:
+            ordered = sorted(samples)
+            if ordered[len(ordered) // 2] > abort_us:
+                aborted = True
+                break
+        if len(samples) >= min_samples and time.perf_counter() >= deadline:
+            break
+    return TimingRun(samples, batch, graph_used, aborted)
