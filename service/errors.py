@@ -13,10 +13,13 @@ is a bug and is answered 500 with a generic message (and logged).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 __all__ = [
@@ -26,6 +29,7 @@ __all__ = [
     "NotFound",
     "Conflict",
     "InvalidInput",
+    "validation_detail",
     "install_error_handlers",
 ]
 
@@ -69,7 +73,35 @@ class InvalidInput(ApiError):
         return {"detail": [{"loc": self.loc, "msg": self.detail, "type": "value_error"}]}
 
 
+def _safe_input(value: Any) -> Any:
+    """The offending input, echoed only when it is small, valid JSON (no NaN)."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return repr(value)[:200]
+    return value if len(text) <= 200 else text[:200] + "..."
+
+
+def validation_detail(errors: Sequence[Any]) -> list[dict[str, Any]]:
+    """FastAPI's validation errors made always serializable."""
+    detail = []
+    for error in errors:
+        item = {
+            "loc": [part if isinstance(part, int) else str(part) for part in error.get("loc", ())],
+            "msg": str(error.get("msg", "")),
+            "type": str(error.get("type", "value_error")),
+        }
+        if "input" in error:
+            item["input"] = _safe_input(error["input"])
+        detail.append(item)
+    return detail
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": validation_detail(exc.errors())}, status_code=422)
+
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
         if isinstance(exc, InvalidInput):
