@@ -73,8 +73,9 @@ def watch_job(
             progress.update(bar, total=total, completed=done,
                             description=f"job {job_id}: {status} ({tasks})")
             if status in TERMINAL_STATUSES:
-                if total is None:
-                    progress.update(bar, total=max(done, 1), completed=max(done, 1))
+                if total is None or status == "done":
+                    finished = max(done, total or 0, 1)
+                    progress.update(bar, total=finished, completed=finished)
                 return job
             sleep(poll_interval_s)
 

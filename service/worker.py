@@ -345,6 +345,7 @@ class WorkerAgent:
             result = tune(request, backend, self.engine_config, observer, state.should_stop)
             observer.device = device_to_dict(result.device)
             observer.toolchain = toolchain_to_dict(result.toolchain)
+            self._heartbeat(state)  # the last progress, so that bars end full
             if state.lost:
                 log.warning("lease %s lost; abandoning task %s", lease_id, task.get("task_id"))
                 return
