@@ -150,35 +150,34 @@ def main() -> int:
         log.info("check %s %s %s: %d ok, bad %s", op, dtype, dims,
                  sum(r.ok for r in results), bad)
     elem = ELEMENT_SIZE[args.dtype]
-    for op in ops:
-        for k in (int(x) for x in args.ks.split(",")):
-            if time.monotonic() - started > args.budget_s:
-                log.warning("budget spent: stopping before %s k=%d", op, k)
-                break
-            dims: dict[str, Any] = {"m": args.elements // k, "k": k}
-            if op == "reduce":
-                dims["kind"] = "sum"
-            results = measure_problem(backend, arch, op, args.dtype, dims,
-                                      variants[(op, args.dtype)])
-            winner = pick_winner(results, config.tie_band)
-            problem = ReduceProblem(**dims) if op == "reduce" else SoftmaxProblem(**dims)
-            baseline = backend.request({"cmd": "torch_baseline", "op": op, "dtype": args.dtype,
-                                        "layout": "row", "problem": dims, "seed": 0}, 120.0)
-            samples = sorted(baseline.get("samples_us") or [0.0])
-            torch_us = samples[len(samples) // 2]
-            torch_gbs = problem.bytes_moved(elem) / torch_us / 1e3 if torch_us else None
-            entry = {
-                "dims": dims, "candidates": len(results),
-                "winner": summary(winner) if winner else None,
-                "torch_us": torch_us, "torch_gb_per_s": torch_gbs,
-                "results": [summary(r) for r in results],
-            }
-            report["sweep"][f"{op}_k{k}"] = entry
-            log.info("%s k=%d: best %s %.0f GB/s (torch %.0f GB/s), %d candidates, %d not ok",
-                     op, k, winner.variant_name if winner else None,
-                     winner.throughput or 0 if winner else 0, torch_gbs or 0, len(results),
-                     sum(not r.ok for r in results))
-            Path(args.out).write_text(json.dumps(report, indent=1))
+    sweep = [(k, op) for k in (int(x) for x in args.ks.split(",")) for op in ops]
+    for k, op in sweep:
+        if time.monotonic() - started > args.budget_s:
+            log.warning("budget spent: stopping before %s k=%d", op, k)
+            break
+        dims: dict[str, Any] = {"m": args.elements // k, "k": k}
+        if op == "reduce":
+            dims["kind"] = "sum"
+        results = measure_problem(backend, arch, op, args.dtype, dims,
+                                  variants[(op, args.dtype)])
+        winner = pick_winner(results, config.tie_band)
+        problem = ReduceProblem(**dims) if op == "reduce" else SoftmaxProblem(**dims)
+        baseline = backend.request({"cmd": "torch_baseline", "op": op, "dtype": args.dtype,
+                                    "layout": "row", "problem": dims, "seed": 0}, 120.0)
+        samples = sorted(baseline.get("samples_us") or [0.0])
+        torch_us = samples[len(samples) // 2]
+        torch_gbs = problem.bytes_moved(elem) / torch_us / 1e3 if torch_us else None
+        report["sweep"][f"{op}_k{k}"] = {
+            "dims": dims, "candidates": len(results),
+            "winner": summary(winner) if winner else None,
+            "torch_us": torch_us, "torch_gb_per_s": torch_gbs,
+            "results": [summary(r) for r in results],
+        }
+        log.info("%s k=%d: best %s %.0f GB/s (torch %.0f GB/s), %d candidates, %d not ok",
+                 op, k, winner.variant_name if winner else None,
+                 (winner.throughput or 0) if winner else 0, torch_gbs or 0, len(results),
+                 sum(not r.ok for r in results))
+        Path(args.out).write_text(json.dumps(report, indent=1))
     report["seconds"] = time.monotonic() - started
     Path(args.out).write_text(json.dumps(report, indent=1))
     backend.close()

@@ -182,10 +182,18 @@ def time_launches(
     graph_used = False
     if use_graph:
         try:
+            # capture_begin/end rather than torch.cuda.graph(): that one runs gc.collect() and
+            # empty_cache() on every capture, which costs more than a fast variant's timing
             graph = torch.cuda.CUDAGraph()
             capture_stream = torch.cuda.Stream()
-            with torch.cuda.graph(graph, stream=capture_stream):
-                run_batch(capture_stream.cuda_stream)
+            capture_stream.wait_stream(stream)
+            with torch.cuda.stream(capture_stream):
+                graph.capture_begin()
+                try:
+                    run_batch(capture_stream.cuda_stream)
+                finally:
+                    graph.capture_end()
+            stream.wait_stream(capture_stream)
             replay, graph_used = graph.replay, True
         except RuntimeError:  # capture unsupported for this launch: time plain launches
             torch.cuda.synchronize()
