@@ -37,6 +37,12 @@ def _tile_fits(mr: int, nr: int, arch: str) -> bool:
     return "avx512" in arch or mr * nr <= MAX_TILE_FLOATS_AVX2
 
 
+def _smallest_covering(options: tuple[int, ...], size: int) -> int | None:
+    """The smallest block >= size: larger blocks run the very same loop trip counts."""
+    covering = [o for o in options if o >= size]
+    return min(covering) if covering else None
+
+
 class CpuGemmSpace(VariantSpace):
     op = "gemm"
     backend = "cpu"
@@ -59,11 +65,13 @@ class CpuGemmSpace(VariantSpace):
         if not params["packed"]:
             return None
         mr, mc, kc = params["mr"], params["mc"], params["kc"]
-        smallest_mc = min(b for b in MC_BLOCKS if b % mr == 0)
-        if mc > smallest_mc and problem.m <= smallest_mc:
-            return f"mc={mc} acts like mc={smallest_mc} when m={problem.m} <= {smallest_mc}"
-        if kc > min(KC_BLOCKS) and problem.k <= min(KC_BLOCKS):
-            return f"kc={kc} acts like kc={min(KC_BLOCKS)} when k={problem.k} <= {min(KC_BLOCKS)}"
+        legal_mc = tuple(b for b in MC_BLOCKS if b % mr == 0)
+        cover_mc = _smallest_covering(legal_mc, problem.m)
+        if cover_mc is not None and mc > cover_mc:
+            return f"mc={mc} acts like mc={cover_mc} when m={problem.m}"
+        cover_kc = _smallest_covering(KC_BLOCKS, problem.k)
+        if cover_kc is not None and kc > cover_kc:
+            return f"kc={kc} acts like kc={cover_kc} when k={problem.k}"
         return None
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
