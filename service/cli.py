@@ -200,10 +200,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = command.main(args=list(argv) if argv is not None else None, prog_name="tunehub",
                             standalone_mode=False)
     except _CLICK_ERRORS as exc:
+        message = getattr(exc, "format_message", exc.__str__)()
         if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group: its help is the answer
-            stderr.print(exc.format_message(), markup=False)
+            stderr.print(message, markup=False)
             sys.exit(2)
-        _fail(" ".join(exc.format_message().split()))
+        _fail(" ".join(message.split()))
     except _ABORTS:
         _fail("interrupted", 130)
     except (UserError, ClientError, TunerError, ServiceError) as exc:

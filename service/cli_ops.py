@@ -88,7 +88,8 @@ def run_tune(
         console.print(winner_line(problem_status))
     status = job.get("status")
     if status != "done" or not winners:
-        console.print(f"job {job_id} {status}" + (f": {job['error']}" if job.get("error") else ""))
+        console.print(f"job {job_id} {status}" + (f": {job['error']}" if job.get("error") else ""),
+                      markup=False)
         return 1
     return 0
 
@@ -119,7 +120,7 @@ def _best_command(op: str, dims: dict[str, Any], *, dtype: str, layout: str | No
         except ApiError as exc:
             if exc.status != 404:
                 raise
-            stdout.print(f"not tuned yet: {exc.detail}")
+            stdout.print(f"not tuned yet: {exc.detail}", markup=False)
             raise typer.Exit(1) from None
     for line in best_answer_lines(answer):
         stdout.print(line)
@@ -135,7 +136,7 @@ def tune_reduce(
     backend: BackendOpt = "cpu", seed: SeedOpt = 0, server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Row reduction y[m] = reduce(x[m, k])."""
+    """Row reduction: y(m) = sum, max or mean of x(m, 0..k)."""
     _tune_command("reduce", {"m": m, "k": k, "kind": kind}, dtype=dtype, layout=None,
                   backend=backend, strategy=strategy, max_variants=max_variants,
                   max_seconds=max_seconds, seed=seed, server=server, token=token)
@@ -148,7 +149,7 @@ def tune_softmax(
     backend: BackendOpt = "cpu", seed: SeedOpt = 0, server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Row softmax y[m, k] = softmax(x[m, k])."""
+    """Row softmax over k of an m x k matrix."""
     _tune_command("softmax", {"m": m, "k": k}, dtype=dtype, layout=None, backend=backend,
                   strategy=strategy, max_variants=max_variants, max_seconds=max_seconds,
                   seed=seed, server=server, token=token)
@@ -163,7 +164,7 @@ def tune_gemm(
     backend: BackendOpt = "cpu", seed: SeedOpt = 0, server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """C[m, n] = A[m, k] @ B[k, n]."""
+    """GEMM: C (m x n) = A (m x k) @ B (k x n)."""
     _tune_command("gemm", {"m": m, "n": n, "k": k}, dtype=dtype, layout=layout,
                   backend=backend, strategy=strategy, max_variants=max_variants,
                   max_seconds=max_seconds, seed=seed, server=server, token=token)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -84,8 +85,8 @@ def _problem_text(problem: Any) -> str:
     if isinstance(problem, Mapping):
         dims = problem.get("dims", problem)
         if isinstance(dims, Mapping):
-            return ",".join(f"{k}={v}" for k, v in dims.items())
-    return str(problem)
+            return escape(",".join(f"{k}={v}" for k, v in dims.items()))
+    return escape(str(problem))
 
 
 def candidates_table(measurements: Sequence[Mapping[str, Any]], winners: set[str]) -> Table:
@@ -107,10 +108,10 @@ def candidates_table(measurements: Sequence[Mapping[str, Any]], winners: set[str
     if multi_problem:
         table.add_column("problem")
     for index, m in enumerate(sorted(measurements, key=order), start=1):
-        name = str(m.get("variant_name", m.get("variant_id", "?")))
-        outcome = str(m.get("outcome", "?"))
+        name = escape(str(m.get("variant_name", m.get("variant_id", "?"))))
+        outcome = escape(str(m.get("outcome", "?")))
         style = "green" if outcome == "ok" else "red"
-        won = name in winners and outcome == "ok"
+        won = str(m.get("variant_name")) in winners and outcome == "ok"
         spread = (f"{format_us(m.get('p20_us'))}-{format_us(m.get('p80_us'))}"
                   if m.get("p20_us") is not None else "-")
         row = [
@@ -132,12 +133,12 @@ def winner_line(problem: Mapping[str, Any]) -> str:
     where = _problem_text(problem.get("problem"))
     winner = problem.get("winner")
     if winner:
-        name = winner.get("variant_name", winner.get("variant_id", "?"))
+        name = escape(str(winner.get("variant_name", winner.get("variant_id", "?"))))
         return (f"winner for {where}: [bold green]{name}[/bold green] "
                 f"{format_us(winner.get('median_us'))} us, "
                 f"{format_throughput(winner.get('throughput'), winner.get('throughput_unit'))}")
     error = problem.get("error")
-    why = f"[red]{error}[/red]" if error else "no verified candidate"
+    why = f"[red]{escape(str(error))}[/red]" if error else "no verified candidate"
     return f"no winner for {where}: {why}"
 
 
@@ -185,11 +186,11 @@ def best_answer_lines(answer: Mapping[str, Any]) -> list[str]:
         toolchain = f"{toolchain.get('compiler', '')} tpl={toolchain.get('template_version', '')}"
     return [
         f"best config ({how})",
-        f"  variant     [bold]{answer.get('variant_name', '?')}[/bold]",
-        f"  params      {answer.get('params', {})}",
+        f"  variant     [bold]{escape(str(answer.get('variant_name', '?')))}[/bold]",
+        f"  params      {escape(str(answer.get('params', {})))}",
         f"  median      {format_us(answer.get('median_us'))} us",
         "  throughput  "
         + format_throughput(answer.get("throughput"), answer.get("throughput_unit")),
-        f"  device      {device or '?'}",
-        f"  toolchain   {toolchain or '?'}",
+        f"  device      {escape(str(device or '?'))}",
+        f"  toolchain   {escape(str(toolchain or '?'))}",
     ]
