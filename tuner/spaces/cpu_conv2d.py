@@ -15,7 +15,7 @@ from typing import Any
 
 from tuner.problems import Conv2dProblem, Problem
 from tuner.spaces.base import Params, VariantSpace
-from tuner.spaces.cpu_reduce import STORAGE_TYPES, check_dtype_layout
+from tuner.spaces.cpu_common import STORAGE_TYPES, check_dtype_layout
 
 __all__ = ["CpuConv2dSpace", "K_BLOCKS", "C_BLOCKS", "C_VECTORS", "K_UNROLLS", "pixel_tile"]
 

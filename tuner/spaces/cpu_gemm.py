@@ -14,7 +14,7 @@ from typing import Any
 
 from tuner.problems import GemmProblem, Problem
 from tuner.spaces.base import Params, VariantSpace
-from tuner.spaces.cpu_reduce import STORAGE_TYPES, check_dtype_layout
+from tuner.spaces.cpu_common import STORAGE_TYPES, check_dtype_layout
 
 __all__ = ["CpuGemmSpace", "GEMM_LAYOUTS", "REGISTER_TILES"]
 
