@@ -1,8 +1,9 @@
 """Shared fixtures: migrated databases (SQLite and the real PostgreSQL) and an API client.
 
 PostgreSQL is never skipped: it must answer at TUNEHUB_TEST_PG_URL (default
-postgresql+psycopg://postgres@127.0.0.1:5432/postgres). Each test gets its own database, cloned
-from a template migrated once per session, and dropped afterwards.
+postgresql+psycopg://postgres@127.0.0.1:5432/postgres). A uniquely named database is created
+and migrated once per session (dropped at the end) and emptied before each test; SQLite tests
+get a copy of a file migrated once per session.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.app import create_app
 from service.auth import create_token
 from service.db import upgrade
+from service.models import Base
 from service.settings import Settings
 
 PG_ADMIN_URL = os.environ.get(
@@ -55,10 +57,9 @@ def _pg_url(name: str) -> str:
     return make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
 
 
-def _pg_create(name: str, template: str | None = None) -> None:
+def _pg_create(name: str) -> None:
     with _pg_connect() as connection:
-        suffix = f" TEMPLATE {template}" if template else ""
-        connection.execute(f'CREATE DATABASE "{name}"{suffix}')  # type: ignore[arg-type]
+        connection.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]
 
 
 def _pg_drop(name: str) -> None:
@@ -78,14 +79,79 @@ def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def _pg_template() -> Iterator[str]:
-    name = _unique("tunehub_tpl")
+def _pg_database() -> Iterator[str]:
+    name = _unique("tunehub_test")
     _pg_create(name)
     try:
         upgrade(_pg_url(name))
         yield name
     finally:
         _pg_drop(name)
+
+
+def _pg_empty(name: str) -> None:
+    """Delete every row, children first (far faster than TRUNCATE or a database per test)."""
+    url = make_url(_pg_url(name))
+    with psycopg.connect(
+        host=url.host,
+        port=url.port,
+        user=url.username,
+        password=url.password,
+        dbname=name,
+        autocommit=True,
+        connect_timeout=10,
+    ) as connection:
+        connection.execute("SET lock_timeout = '20s'")
+        with connection.transaction():
+            for table in reversed(Base.metadata.sorted_tables):
+                connection.execute(f'DELETE FROM "{table.name}"')  # type: ignore[arg-type]
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "tunehub.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def _pg_database() -> Iterator[str]:
+    name = _unique("tunehub_test")
+    _pg_create(name)
+    try:
+        upgrade(_pg_url(name))
+        yield name
+    finally:
+        _pg_drop(name)
+
+
+def _pg_truncate(name: str) -> None:
+    """Empty every table but alembic_version (much faster than a database per test)."""
+    url = make_url(_pg_url(name))
+    with psycopg.connect(
+        host=url.host,
+        port=url.port,
+        user=url.username,
+        password=url.password,
+        dbname=name,
+        autocommit=True,
+        connect_timeout=10,
+    ) as connection:
+        connection.execute("SET lock_timeout = '20s'")
+        tables = [
+            row[0]
+            for row in connection.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                "AND tablename <> 'alembic_version'"
+            )
+        ]
+        if tables:
+            listed = ", ".join(f'"{table}"' for table in tables)
+            connection.execute(f"TRUNCATE TABLE {listed} RESTART IDENTITY CASCADE")  # type: ignore[arg-type]
 
 
 @pytest.fixture(params=DATABASE_KINDS)
@@ -110,13 +176,9 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         shutil.copyfile(request.getfixturevalue("_sqlite_template"), path)
         yield f"sqlite:///{path}"
         return
-    template = request.getfixturevalue("_pg_template")
-    name = _unique("tunehub_test")
-    _pg_create(name, template=template)
-    try:
-        yield _pg_url(name)
-    finally:
-        _pg_drop(name)
+    name = request.getfixturevalue("_pg_database")
+    _pg_empty(name)
+    yield _pg_url(name)
 
 
 @pytest.fixture
