@@ -65,6 +65,8 @@ def summary(result: BenchResult) -> dict[str, Any]:
         "suspect": result.suspect, "log": result.log[-300:],
         "batch": result.provenance.get("batch"), "graph": result.provenance.get("cuda_graph"),
         "input_sets": result.provenance.get("input_sets"),
+        "sm_clock_mhz": (result.provenance.get("nvml_after") or {}).get("sm_clock_mhz"),
+        "suspect_reasons": result.provenance.get("suspect_reasons", []),
     }
 
 

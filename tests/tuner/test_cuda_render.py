@@ -112,6 +112,7 @@ def test_suspect_reasons() -> None:
 def _fake_harness(tmp_path: Path, body: str) -> list[str]:
     script = tmp_path / "fake_harness.py"
     script.write_text("import json, sys, time\n"
+                      "print(json.dumps({'ready': True}), flush=True)\n"
                       "for line in sys.stdin:\n"
                       "    req = json.loads(line)\n" + body)
     return [sys.executable, str(script)]
@@ -138,6 +139,15 @@ def test_harness_process_answers_restarts_and_times_out(tmp_path: Path) -> None:
         assert proc.starts == 3
     finally:
         proc.close()
+
+
+def test_harness_that_cannot_start_answers_a_fatal_failure(tmp_path: Path) -> None:
+    script = tmp_path / "no_gpu.py"
+    script.write_text("import json\nprint(json.dumps({'ready': False, 'log': 'no GPU'}))\n")
+    proc = HarnessProcess([sys.executable, str(script)], env={})
+    answer = proc.request({"cmd": "run"}, 10)
+    assert answer["fatal"] and answer["outcome"] == "runtime_error" and answer["log"] == "no GPU"
+    assert not proc.alive()
 
 
 def test_results_carry_throughput_and_suspect(tmp_path: Path) -> None:

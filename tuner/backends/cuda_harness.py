@@ -5,6 +5,7 @@
 
 The backend starts one ``--serve`` process per device with CUDA_VISIBLE_DEVICES set. Requests:
 
+    (first, unasked)                              -> {"ready": true, "device": {...}}
     {"cmd": "run", "artifact", "op", "dtype", "layout", "problem": {...}, "seed",
      "warmup_s", "bench_s", "min_samples", "max_samples", "abort_us"}
         -> {"outcome": "ok" | "runtime_error" | "wrong_result" | "aborted_slow",
@@ -35,6 +36,15 @@ _REASONS = {1: "bad dims", 2: "misaligned", 3: "unsupported shape", 4: "too larg
 
 
 def _driver_version() -> str:
+    """The driver's version (580.159.04) from NVML, else the CUDA version it supports."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # no NVML here: fall back to the driver API
+        pass
     try:
         libcuda = ctypes.CDLL("libcuda.so.1")
         version = ctypes.c_int()
@@ -91,6 +101,8 @@ class Harness:
         self.torch = torch
         self.wl = cuda_workload
         self.info = probe()
+        if "error" not in self.info:
+            torch.zeros(1, device="cuda")  # make the context now, not inside the first timing
         self.libraries: dict[str, ctypes.CDLL] = {}
         self.workload: Any = None
 
@@ -231,8 +243,9 @@ def _answer(stream: IO[str], payload: dict[str, Any]) -> None:
 def serve(answers: IO[str]) -> int:
     harness = Harness()
     if "error" in harness.info:
-        _answer(answers, {"outcome": "runtime_error", "fatal": True, "log": harness.info["error"]})
+        _answer(answers, {"ready": False, "log": harness.info["error"]})
         return 2
+    _answer(answers, {"ready": True, "device": harness.info})
     handlers = {"run": harness.run, "copy": harness.copy, "torch_baseline": harness.torch_baseline,
                 "ping": lambda req: {"ok": True, "device": harness.info}}
     for line in sys.stdin:

@@ -33,9 +33,14 @@ class HarnessTimeout(Exception):
 
 
 class HarnessProcess:
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self, argv: list[str], env: dict[str, str], start_timeout_s: float = 180.0
+    ) -> None:
         self.argv = argv
         self.env = env
+        #: the harness says it is ready (torch imported, context made) within this time
+        self.start_timeout_s = start_timeout_s
+        self.ready: dict[str, Any] = {}
         self.proc: subprocess.Popen[str] | None = None
         self.answers: queue.Queue[str | None] = queue.Queue()
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
@@ -44,7 +49,8 @@ class HarnessProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def start(self) -> None:
+    def start(self) -> dict[str, Any] | None:
+        """Start the process and wait for its ready line; a failure answer when it has none."""
         self.answers = queue.Queue()
         self.proc = subprocess.Popen(
             self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -56,6 +62,18 @@ class HarnessProcess:
                          daemon=True).start()
         threading.Thread(target=self._pump_stderr, args=(self.proc.stderr,), daemon=True).start()
         log.info("started CUDA harness pid %d", self.proc.pid)
+        try:
+            line = self.answers.get(timeout=self.start_timeout_s)
+        except queue.Empty:
+            self.kill()
+            raise HarnessTimeout(f"harness not ready within {self.start_timeout_s:.0f} s") from None
+        if line is None:
+            return self._died()
+        self.ready = json.loads(line)
+        if not self.ready.get("ready"):
+            self.stop()
+            return {"outcome": "runtime_error", "fatal": True, **self.ready}
+        return None
 
     @staticmethod
     def _pump_answers(stream: IO[str], answers: queue.Queue[str | None]) -> None:
@@ -70,7 +88,9 @@ class HarnessProcess:
 
     def request(self, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         if not self.alive():
-            self.start()
+            failed = self.start()
+            if failed is not None:
+                return failed
         assert self.proc is not None and self.proc.stdin is not None
         try:
             self.proc.stdin.write(json.dumps(payload) + "\n")
