@@ -178,3 +178,26 @@ def test_device_without_a_gpu_is_a_device_error(tmp_path: Path) -> None:
     backend = CudaBackend(EngineConfig(cache_dir=str(tmp_path)), harness_python=sys.executable)
     with pytest.raises(DeviceError):
         backend.device()
+
+
+def test_run_without_a_gpu_is_a_runtime_error_not_a_crash(tmp_path: Path) -> None:
+    """The real harness (--serve) on a host without torch or a GPU: the variant fails as data."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is present")
+    except ImportError:
+        pass
+    backend = CudaBackend(EngineConfig(cache_dir=str(tmp_path)), nvcc="nvcc",
+                          harness_python=sys.executable)
+    request = TuneRequest(op="reduce", dtype="f16", layout="row",
+                          problem=ReduceProblem(m=8, k=8), backend="cuda")
+    variant = render_variant(CudaReduceSpace(), {"pack": 1, "strategy": "group", "group": 2,
+                                                 "threads": 128}, "f16", "row", "sm_90", (), "x")
+    try:
+        result = backend.run(variant, str(tmp_path / "missing.so"), request)
+    finally:
+        backend.close()
+    assert result.outcome is Outcome.RUNTIME_ERROR
+    assert "torch" in result.log or "GPU" in result.log

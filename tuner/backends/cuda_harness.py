@@ -93,16 +93,15 @@ def _pci_bus_id(props: Any) -> str | None:
 class Harness:
     """Keeps the loaded libraries and the current problem's workload between requests."""
 
-    def __init__(self) -> None:
+    def __init__(self, info: dict[str, Any]) -> None:
         import torch
 
         from tuner.backends import cuda_workload
 
         self.torch = torch
         self.wl = cuda_workload
-        self.info = probe()
-        if "error" not in self.info:
-            torch.zeros(1, device="cuda")  # make the context now, not inside the first timing
+        self.info = info
+        torch.zeros(1, device="cuda")  # make the context now, not inside the first timing
         self.libraries: dict[str, ctypes.CDLL] = {}
         self.workload: Any = None
 
@@ -241,10 +240,11 @@ def _answer(stream: IO[str], payload: dict[str, Any]) -> None:
 
 
 def serve(answers: IO[str]) -> int:
-    harness = Harness()
-    if "error" in harness.info:
-        _answer(answers, {"ready": False, "log": harness.info["error"]})
+    info = probe()
+    if "error" in info:
+        _answer(answers, {"ready": False, "log": info["error"]})
         return 2
+    harness = Harness(info)
     _answer(answers, {"ready": True, "device": harness.info})
     handlers = {"run": harness.run, "copy": harness.copy, "torch_baseline": harness.torch_baseline,
                 "ping": lambda req: {"ok": True, "device": harness.info}}
