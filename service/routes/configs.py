@@ -107,7 +107,15 @@ def export_configs(session: SessionDep) -> StreamingResponse:
 
 
 @router.post(
-    "/v1/import", response_model=ImportSummary, dependencies=[Depends(require_scope("admin"))]
+    "/v1/import",
+    response_model=ImportSummary,
+    dependencies=[Depends(require_scope("admin"))],
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+        }
+    },
 )
 async def import_configs(request: Request) -> dict[str, Any]:
     """Merge JSON lines from ``/v1/export``: per key the faster verified median wins, and the

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, status
 
 from service.deps import SessionDep, require_scope
 from service.keys import device_row
-from service.models import Worker, WorkerDevice
+from service.models import Device, Worker, WorkerDevice
 from service.schemas.worker import WorkerOut, WorkerRegister
 from service.views import device_dict
 
@@ -27,7 +27,7 @@ def register_worker(body: WorkerRegister, session: SessionDep) -> dict[str, Any]
     worker = Worker(name=body.name)
     session.add(worker)
     session.flush()
-    devices = []
+    devices: list[Device] = []
     for item in body.devices:
         device = device_row(session, **item.model_dump())
         if device.id not in {d.id for d in devices}:

@@ -19,6 +19,7 @@ from service.schemas.common import (
     ResponseModel,
     SafeStr,
 )
+from service.schemas.jobs import WinnerSummary
 
 __all__ = [
     "OUTCOMES",
@@ -77,7 +78,7 @@ class WorkerOut(ResponseModel):
 
 class LeaseRequest(RequestModel):
     worker_id: SafeStr = Field(min_length=1, max_length=64)
-    backends: list[Backend] = Field(default_factory=lambda: ["cpu"], min_length=1, max_length=4)
+    backends: list[Backend] = Field(default=["cpu"], min_length=1, max_length=4)
 
 
 class TaskDevice(ResponseModel):
@@ -197,6 +198,6 @@ class ResultsIn(RequestModel):
 
 class ResultsOut(ResponseModel):
     stored: int
-    #: the task's winner so far (after final: the fastest verified measurement), or None
-    winner: dict[str, Any] | None = None
+    #: after final: the task's fastest verified measurement (None before final or if none)
+    winner: WinnerSummary | None = None
     task_status: str = "running"
