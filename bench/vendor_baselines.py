@@ -85,7 +85,9 @@ def _triton_softmax(x: torch.Tensor, y: torch.Tensor) -> None:
     _softmax_kernel[(m,)](x, y, x.stride(0), n, BLOCK=triton.next_power_of_2(n))
 
 
-def gemm_baselines(a: torch.Tensor, b_nk: torch.Tensor, c: torch.Tensor) -> dict[str, Callable[[], None]]:
+def gemm_baselines(
+    a: torch.Tensor, b_nk: torch.Tensor, c: torch.Tensor
+) -> dict[str, Callable[[], None]]:
     """rcr: a [m,k] row-major, b stored [n,k] (column-major k x n), c [m,n]."""
     b = b_nk.t()
     return {
