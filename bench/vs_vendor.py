@@ -193,8 +193,8 @@ def write_report(out: Path, rows: list[dict[str, Any]], copy_gbps: float,
              f"Date: {meta['date']}. Command: `{meta['command']}`. Device copy (read+write): "
              f"{copy_gbps:.0f} GB/s, measured in the same run. Every figure is a median over "
              "batches of back-to-back launches in a CUDA graph, input sets rotated through >= 2x "
-             "L2, CUDA events; tunehub winners and baselines are timed interleaved per shape in one "
-             "process, on the same inputs (bench/vs_vendor.py).", ""]
+             "L2, CUDA events; tunehub winners and baselines are timed interleaved per shape "
+             "in one process, on the same inputs (bench/vs_vendor.py).", ""]
     for suite in dict.fromkeys(r["suite"] for r in rows):
         srows = [r for r in rows if r["suite"] == suite]
         lines += [f"## {suite} (f16, {srows[0].get('unit', '')})", "", *_suite_table(srows)]
