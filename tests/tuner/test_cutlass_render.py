@@ -30,9 +30,9 @@ def _check_sources(variants: list) -> None:
     assert len({v.id for v in variants}) == len(variants), "ids must be unique"
     for v in variants:
         assert "{{" not in v.source and "{%" not in v.source, v.name
+        assert '#include "' not in v.source.split("namespace tunehub")[0], "ABI is inlined"
         for symbol in ABI_SYMBOLS:
-            assert f"TUNEHUB_EXPORT {'const char*' if 'describe' in symbol else ''}" in v.source
-            assert symbol in v.source, (v.name, symbol)
+            assert f" {symbol}(" in v.source, (v.name, symbol)
         assert v.name in v.source  # tunehub_describe names the variant
 
 
