@@ -1,0 +1,73 @@
+"""Compile, on a machine without a GPU, the CUDA variants a job would build, into a cache folder
+that can travel to a GPU host (same nvcc version there: the variant ids include it).
+
+    python bench/precompile_cuda.py --cache-dir .cache/tunehub --arch sm_90 \
+        --op gemm --dtype f16 --layout rcr --problem m=8192,n=8192,k=8192 --max-variants 24
+
+It renders exactly what ``tuner.engine.tune`` would render for that request (same space order,
+same pruning, same flags), so the worker on the GPU host finds every build in its cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tuner.backends.cuda import CudaBackend  # noqa: E402
+from tuner.engine import candidate_params  # noqa: E402
+from tuner.problems import problem_from_dict  # noqa: E402
+from tuner.registry import load_space  # noqa: E402
+from tuner.render import render_variant  # noqa: E402
+from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
+
+
+def parse_dims(text: str) -> dict[str, int | str]:
+    dims: dict[str, int | str] = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        dims[key] = int(value) if value.lstrip("-").isdigit() else value
+    return dims
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache-dir", default=".cache/tunehub")
+    parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--op", required=True)
+    parser.add_argument("--dtype", default="f16")
+    parser.add_argument("--layout", required=True)
+    parser.add_argument("--problem", required=True, help="dims as m=..,n=..,k=..")
+    parser.add_argument("--max-variants", type=int, default=24)
+    parser.add_argument("--workers", type=int, default=0)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    config = EngineConfig(cache_dir=args.cache_dir, compile_workers=args.workers,
+                          compile_timeout_s=900)
+    backend = CudaBackend(config)
+    request = TuneRequest(op=args.op, dtype=args.dtype, layout=args.layout, backend="cuda",
+                          problem=problem_from_dict(args.op, parse_dims(args.problem)),
+                          budget=Budget(max_variants=args.max_variants))
+    space = load_space(args.op, "cuda")
+    candidates, _ = candidate_params(request, args.arch, "cuda")
+    variants = [
+        render_variant(space, params, args.dtype, args.layout, args.arch,
+                       backend.base_flags(args.arch), backend.compiler_identity())
+        for params in candidates[: args.max_variants]
+    ]
+    started = time.monotonic()
+    results = backend.build(variants)
+    failed = [v.name for v in variants if not results[v.id].ok]
+    cached = sum(1 for r in results.values() if r.cached)
+    print(f"{len(variants)} variants ({cached} already cached), {len(failed)} failed, "
+          f"{time.monotonic() - started:.0f} s; failed: {failed}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
