@@ -83,7 +83,8 @@ def tune(
         raise NoVariantsError(f"every variant was pruned for {request.problem.key()}: {reasons}")
     strategy = load_strategy_class(request.strategy)(candidates, seed=request.seed)
     budget = request.budget
-    total = min(len(candidates), budget.max_variants or len(candidates))
+    cap = budget.max_variants or space.default_max_variants or len(candidates)
+    total = min(len(candidates), cap)
     deadline = started + budget.max_seconds if budget.max_seconds else math.inf
     batch_size = config.compile_workers or os.cpu_count() or 1
     if observer:

@@ -87,3 +87,16 @@ def test_pick_winner_breaks_ties_by_name() -> None:
     results = [result("b", 10.0), result("a", 10.1), result("c", 5.0, Outcome.WRONG_RESULT)]
     winner = pick_winner(results, tie_band=0.02)
     assert winner is not None and winner.variant_name == "a"
+
+
+def test_space_default_cap_applies_when_the_budget_names_none(
+    backend: CpuBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuner.spaces.cpu_reduce import CpuReduceSpace
+
+    monkeypatch.setattr(CpuReduceSpace, "default_max_variants", 2)
+    uncapped = TuneRequest("reduce", "f32", "row", ReduceProblem(m=4, k=64))
+    assert len(tune(uncapped, backend, backend.config).results) == 2
+    named = TuneRequest("reduce", "f32", "row", ReduceProblem(m=4, k=64),
+                        budget=Budget(max_variants=3))
+    assert len(tune(named, backend, backend.config).results) == 3  # the job's budget wins

@@ -26,6 +26,9 @@ class VariantSpace(ABC):
     backend: str
     #: template path relative to kernel_templates/, e.g. "cpu/reduce.cpp.j2"
     template: str
+    #: cap of one problem's search when the job's budget names none (None: the whole space);
+    #: large spaces (CUTLASS GEMM) order their strongest candidates first and set this
+    default_max_variants: int | None = None
 
     @abstractmethod
     def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
