@@ -246,6 +246,8 @@ def main() -> int:
     started = time.monotonic()
     rows = phase_tune(args, config)
     tune_wall = time.monotonic() - started
+    args.out.mkdir(parents=True, exist_ok=True)  # phase 1 kept even if phase 2 is cut short
+    (args.out / "h200-tune.json").write_text(json.dumps(rows, indent=1, default=str))
     copy_gbps = phase_compare(rows)
     import torch
 

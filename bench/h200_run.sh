@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The one command run on the lent H200 through the device tool, from the repo root:
+#   bash bench/h200_run.sh            (carry: .whl, and .cache if precompiled there)
+# 1. installs the carried wheels (service stack + CUTLASS headers; the host has no network),
+# 2. bench/vs_vendor.py: tunes every suite, then times winners and vendor baselines side by side,
+# 3. an end-to-end job through `tunehub serve` (SQLite, local worker, CUDA backend): a GEMM and a
+#    softmax problem submitted with `tunehub tune`, then `tunehub best` for both,
+# 4. the GPU-marked tests.
+# Everything lands under $OUT (the device tool brings it back).
+set -uo pipefail
+out=${OUT:-/tmp/tunehub-out}
+mkdir -p "$out"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv \
+  > "$out/nvidia-smi.txt" 2>&1
+
+timeout "${VS_VENDOR_SECONDS:-420}" python3 bench/vs_vendor.py --out "$out" "$@" \
+  2>&1 | tee "$out/vs_vendor.log" | grep -E "^\[|wrote|Error|error" | tail -60
+
+th() { python3 -m service.cli "$@"; }
+export TUNEHUB_DATA_DIR=/tmp/tunehub-e2e TUNEHUB_CACHE_DIR=$PWD/.cache/tunehub
+th serve --backend cuda --port 8765 > "$out/serve.log" 2>&1 &
+server=$!
+for _ in $(seq 60); do
+  python3 -c 'import httpx; httpx.get("http://127.0.0.1:8765/healthz").raise_for_status()' \
+    2>/dev/null && break
+  sleep 1
+done
+{
+  export TUNEHUB_SERVER=http://127.0.0.1:8765
+  th tune softmax --m 65536 --k 4096 --dtype f16 --backend cuda
+  th tune gemm --m 4096 --n 4096 --k 4096 --dtype f16 --backend cuda --max-variants 8
+  th best softmax --m 65536 --k 4096 --dtype f16 --device cuda
+  th best gemm --m 4096 --n 4096 --k 4096 --dtype f16 --device cuda
+  th jobs
+} > "$out/e2e.log" 2>&1
+tail -40 "$out/e2e.log"
+kill "$server"
+
+timeout 120 python3 -m pytest --noconftest -o addopts= -q -m gpu tests/gpu \
+  > "$out/gpu-tests.log" 2>&1
+tail -3 "$out/gpu-tests.log"
