@@ -4,7 +4,13 @@ It never imports ``service`` and never touches a database or the network: it tak
 :class:`~tuner.types.TuneRequest` and returns :class:`~tuner.types.ProblemResult` values.
 """
 
-from tuner.errors import DeviceError, InvalidRequestError, NoVariantsError, ToolchainError, TunerError
+from tuner.errors import (
+    DeviceError,
+    InvalidRequestError,
+    NoVariantsError,
+    ToolchainError,
+    TunerError,
+)
 from tuner.problems import (
     Conv2dProblem,
     GemmProblem,
@@ -27,8 +33,25 @@ from tuner.types import (
 )
 
 __all__ = [
-    "TunerError", "InvalidRequestError", "NoVariantsError", "ToolchainError", "DeviceError",
-    "Problem", "GemmProblem", "Conv2dProblem", "ReduceProblem", "SoftmaxProblem",
-    "problem_from_dict", "BenchResult", "Budget", "DeviceInfo", "EngineConfig", "Outcome",
-    "ProblemResult", "Timing", "Toolchain", "TuneRequest", "Variant",
+    "TunerError",
+    "InvalidRequestError",
+    "NoVariantsError",
+    "ToolchainError",
+    "DeviceError",
+    "Problem",
+    "GemmProblem",
+    "Conv2dProblem",
+    "ReduceProblem",
+    "SoftmaxProblem",
+    "problem_from_dict",
+    "BenchResult",
+    "Budget",
+    "DeviceInfo",
+    "EngineConfig",
+    "Outcome",
+    "ProblemResult",
+    "Timing",
+    "Toolchain",
+    "TuneRequest",
+    "Variant",
 ]

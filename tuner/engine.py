@@ -73,7 +73,9 @@ def tune(
 ) -> ProblemResult:
     """Tune one problem on the backend's device and return every candidate's result."""
     if request.objective != "time":
-        raise InvalidRequestError("objective", f"{request.objective!r} is not measured yet; use 'time'")
+        raise InvalidRequestError(
+            "objective", f"{request.objective!r} is not measured yet; use 'time'"
+        )
     started = time.monotonic()
     device = backend.device()
     space = load_space(request.op, backend.name)
@@ -89,7 +91,13 @@ def tune(
     batch_size = config.compile_workers or os.cpu_count() or 1
     if observer:
         observer.on_start(total, len(pruned))
-    log.info("tuning %s %s: %d candidates, %d pruned", request.op, request.problem.key(), total, len(pruned))
+    log.info(
+        "tuning %s %s: %d candidates, %d pruned",
+        request.op,
+        request.problem.key(),
+        total,
+        len(pruned),
+    )
 
     results: list[BenchResult] = []
     best_us: float | None = None
@@ -103,8 +111,13 @@ def tune(
             break
         variants = [
             render_variant(
-                space, candidates[i], request.dtype, request.layout, device.arch,
-                backend.base_flags(device.arch), backend.compiler_identity(),
+                space,
+                candidates[i],
+                request.dtype,
+                request.layout,
+                device.arch,
+                backend.base_flags(device.arch),
+                backend.compiler_identity(),
             )
             for i in batch
         ]
@@ -115,13 +128,25 @@ def tune(
             built = builds[variant.id]
             if not built.ok or built.artifact is None:
                 outcome = Outcome.TIMEOUT if built.timed_out else Outcome.COMPILE_ERROR
-                result = BenchResult(variant.id, variant.name, variant.params, outcome,
-                                     compile_seconds=built.seconds, log=built.log[-4000:])
+                result = BenchResult(
+                    variant.id,
+                    variant.name,
+                    variant.params,
+                    outcome,
+                    compile_seconds=built.seconds,
+                    log=built.log[-4000:],
+                )
             else:
                 abort = best_us * config.abort_slower_than if best_us else None
-                result = replace(backend.run(variant, built.artifact, request, abort),
-                                 compile_seconds=built.seconds)
-            if result.ok and result.timing and (best_us is None or result.timing.median_us < best_us):
+                result = replace(
+                    backend.run(variant, built.artifact, request, abort),
+                    compile_seconds=built.seconds,
+                )
+            if (
+                result.ok
+                and result.timing
+                and (best_us is None or result.timing.median_us < best_us)
+            ):
                 best_us = result.timing.median_us
             strategy.tell(index, result.timing.median_us if result.timing else None)
             results.append(result)

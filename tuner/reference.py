@@ -82,7 +82,9 @@ def reference(
         b = b if layout[1] == "r" else b.T
         return a @ b
     if isinstance(problem, Conv2dProblem):
-        return _conv2d_nhwc(problem, from_storage(inputs["x"], dtype), from_storage(inputs["w"], dtype))
+        return _conv2d_nhwc(
+            problem, from_storage(inputs["x"], dtype), from_storage(inputs["w"], dtype)
+        )
     if isinstance(problem, ReduceProblem):
         x = from_storage(inputs["x"], dtype).astype(np.float64)
         if problem.kind == "max":
@@ -102,7 +104,9 @@ def _conv2d_nhwc(p: Conv2dProblem, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     for r in range(p.r):
         for s in range(p.s):
             h0, w0 = r * p.dilation, s * p.dilation
-            patch = xp[:, h0 : h0 + p.stride * p.p : p.stride, w0 : w0 + p.stride * p.q : p.stride, :]
+            patch = xp[
+                :, h0 : h0 + p.stride * p.p : p.stride, w0 : w0 + p.stride * p.q : p.stride, :
+            ]
             y += patch @ w[:, r, s, :].T
     return y
 

@@ -7,7 +7,14 @@ from typing import Any
 
 from tuner.errors import InvalidRequestError
 
-__all__ = ["SPACES", "BACKENDS", "STRATEGIES", "load_space", "load_backend_class", "load_strategy_class"]
+__all__ = [
+    "SPACES",
+    "BACKENDS",
+    "STRATEGIES",
+    "load_space",
+    "load_backend_class",
+    "load_strategy_class",
+]
 
 SPACES: dict[tuple[str, str], str] = {
     ("reduce", "cpu"): "tuner.spaces.cpu_reduce:CpuReduceSpace",
@@ -44,11 +51,15 @@ def load_space(op: str, backend: str) -> Any:
 
 def load_backend_class(name: str) -> Any:
     if name not in BACKENDS:
-        raise InvalidRequestError("device.backend", f"unknown backend {name!r}; one of {sorted(BACKENDS)}")
+        raise InvalidRequestError(
+            "device.backend", f"unknown backend {name!r}; one of {sorted(BACKENDS)}"
+        )
     return _load(BACKENDS[name])
 
 
 def load_strategy_class(name: str) -> Any:
     if name not in STRATEGIES:
-        raise InvalidRequestError("strategy", f"unknown strategy {name!r}; one of {sorted(STRATEGIES)}")
+        raise InvalidRequestError(
+            "strategy", f"unknown strategy {name!r}; one of {sorted(STRATEGIES)}"
+        )
     return _load(STRATEGIES[name])

@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     """What happened to one variant on one problem. Only ``ok`` may win."""
 
     OK = "ok"

@@ -15,7 +15,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from tuner.spaces.base import VariantSpace
-from tuner.types import BenchResult, CompileResult, DeviceInfo, EngineConfig, Toolchain, TuneRequest, Variant
+from tuner.types import (
+    BenchResult,
+    CompileResult,
+    DeviceInfo,
+    EngineConfig,
+    Toolchain,
+    TuneRequest,
+    Variant,
+)
 
 __all__ = ["Backend"]
 
