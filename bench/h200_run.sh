@@ -19,7 +19,9 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --fo
 timeout "${VS_VENDOR_SECONDS:-420}" python3 bench/vs_vendor.py --out "$out" "$@" \
   2>&1 | tee "$out/vs_vendor.log" | grep -E "^\[|wrote|Error|error" | tail -60
 
+[ "${SKIP_E2E:-0}" = 1 ] && exit 0
 th() { python3 -m service.cli "$@"; }
+export COLUMNS=160
 export TUNEHUB_DATA_DIR=/tmp/tunehub-e2e TUNEHUB_CACHE_DIR=$PWD/.cache/tunehub
 th serve --backend cuda --port 8765 > "$out/serve.log" 2>&1 &
 server=$!

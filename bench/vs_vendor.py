@@ -98,9 +98,9 @@ def phase_compare(rows: list[dict[str, Any]]) -> float:
     import torch
 
     from bench import vendor_baselines as vb
-    from tuner.backends.cuda_harness import Harness
+    from tuner.backends.cuda_harness import Harness, probe
 
-    harness = Harness()
+    harness = Harness(probe())
     copy_gbps = harness.copy({"bytes": 1 << 30})["gb_per_s"]
     print(f"[compare] device copy {copy_gbps:.0f} GB/s", flush=True)
     for row in rows:
@@ -109,9 +109,12 @@ def phase_compare(rows: list[dict[str, Any]]) -> float:
                "min_samples": 10, "max_samples": 10_000, "abort_us": None}
         times: dict[str, float] = {}
         if row["artifact"]:
-            answer = harness.run({**req, "artifact": row["artifact"]})
-            if answer.get("samples_us"):
-                times["tunehub"] = _median(answer["samples_us"])
+            try:
+                answer = harness.run({**req, "artifact": row["artifact"]})
+                if answer.get("samples_us"):
+                    times["tunehub"] = _median(answer["samples_us"])
+            except Exception as exc:  # reported in the JSON; the other rows go on
+                row["compare_error"] = f"{type(exc).__name__}: {exc}"[:300]
         work = harness.workload_for(req)
         for name, launch in _baseline_launches(vb, row, work).items():
             try:
