@@ -208,6 +208,19 @@ def write_report(out: Path, rows: list[dict[str, Any]], copy_gbps: float,
     _plot(out / "h200.png", rows)
 
 
+#: one color per implementation in every panel
+_COLORS = {"tunehub": "tab:red", "copy": "tab:gray", "torch": "tab:orange", "cublas": "tab:blue",
+           "cudnn": "tab:blue", "triton": "tab:green"}
+
+
+def _short(suite: str, p: dict[str, Any]) -> str:
+    if suite in ("reduce", "softmax"):
+        return f"K={p['k']}"
+    if suite == "gemm":
+        return f"{p['m']}x{p['n']}x{p['k']}"
+    return f"{p['h']}x{p['h']} {p['c']}->{p['k']} {p['r']}x{p['s']}"
+
+
 def _plot(path: Path, rows: list[dict[str, Any]]) -> None:
     try:
         import matplotlib
@@ -222,11 +235,12 @@ def _plot(path: Path, rows: list[dict[str, Any]]) -> None:
         names = sorted({k for r in srows for k in r["metric"]})
         for name in names:
             ax.plot(range(len(srows)), [r["metric"].get(name, float("nan")) for r in srows],
-                    marker="o", label=name)
+                    marker="o", label=name, color=_COLORS.get(name),
+                    linewidth=2.5 if name == "tunehub" else 1.2,
+                    linestyle="--" if name == "copy" else "-")
         ax.set_title(f"{suite} ({srows[0]['unit'] if srows else ''})")
         ax.set_xticks(range(len(srows)))
-        ax.set_xticklabels([str(r["problem"].get("k", "")) if suite in ("reduce", "softmax")
-                            else str(i) for i, r in enumerate(srows)], rotation=45)
+        ax.set_xticklabels([_short(suite, r["problem"]) for r in srows], rotation=45, fontsize=7)
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -241,7 +255,11 @@ def main() -> int:
     parser.add_argument("--bench-seconds", type=float, default=0.05)
     parser.add_argument("--gemm-variants", type=int, default=24)
     parser.add_argument("--conv-variants", type=int, default=16)
+    parser.add_argument("--replot", type=Path, help="redraw the plot of an h200.json and exit")
     args = parser.parse_args()
+    if args.replot:
+        _plot(args.replot.with_suffix(".png"), json.loads(args.replot.read_text())["rows"])
+        return 0
     args.suites = [s for s in args.suites.split(",") if s]
     args.max_variants = {"gemm": args.gemm_variants, "conv2d": args.conv_variants}
     config = EngineConfig(cache_dir=args.cache_dir, bench_seconds=args.bench_seconds,
