@@ -190,3 +190,31 @@ def test_cli_against_a_live_server_without_tuning(
     err = capsys.readouterr().err
     assert refused.value.code == 2
     assert "HTTP 403" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("op", "dtype", "problem"),
+    [
+        ("gemm", "f32", {"m": 33, "n": 40, "k": 24}),
+        ("softmax", "f16", {"m": 16, "k": 300}),
+        ("conv2d", "f32", {"n": 1, "h": 9, "w": 9, "c": 8, "k": 8, "r": 3, "s": 3,
+                           "stride": 1, "pad": 1, "dilation": 1}),
+    ],
+)
+def test_every_cpu_op_tunes_through_the_api(
+    live_server: LiveServer, compile_cache: Path, op: str, dtype: str, problem: dict[str, int]
+) -> None:
+    user = TunehubClient(live_server.url, live_server.admin_token)
+    job = user.submit_job(op=op, dtype=dtype, problems=[problem], device={"backend": "cpu"},
+                          max_variants=2)
+    agent = WorkerAgent(TunehubClient(live_server.url, live_server.worker_token),
+                        engine_config(compile_cache), ("cpu",), name=f"e2e-{op}")
+    assert agent.run_once() is True
+    job = user.get_job(job["id"])
+    assert job["status"] == "done", job
+    winner = job["problems"][0]["winner"]
+    assert winner is not None and winner["variant_name"].startswith(f"{op}_{dtype}_")
+    measurements = user.measurements(job_id=job["id"])
+    assert len(measurements) == 2 and any(m["outcome"] == "ok" for m in measurements)
+    best = user.best_config(op=op, dtype=dtype, dims=problem, backend="cpu")
+    assert best["exact"] is True and best["variant_name"] == winner["variant_name"]
