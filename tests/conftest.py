@@ -107,53 +107,6 @@ def _pg_empty(name: str) -> None:
                 connection.execute(f'DELETE FROM "{table.name}"')  # type: ignore[arg-type]
 
 
-def _unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture(scope="session")
-def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("template") / "tunehub.db"
-    upgrade(f"sqlite:///{path}")
-    return path
-
-
-@pytest.fixture(scope="session")
-def _pg_database() -> Iterator[str]:
-    name = _unique("tunehub_test")
-    _pg_create(name)
-    try:
-        upgrade(_pg_url(name))
-        yield name
-    finally:
-        _pg_drop(name)
-
-
-def _pg_truncate(name: str) -> None:
-    """Empty every table but alembic_version (much faster than a database per test)."""
-    url = make_url(_pg_url(name))
-    with psycopg.connect(
-        host=url.host,
-        port=url.port,
-        user=url.username,
-        password=url.password,
-        dbname=name,
-        autocommit=True,
-        connect_timeout=10,
-    ) as connection:
-        connection.execute("SET lock_timeout = '20s'")
-        tables = [
-            row[0]
-            for row in connection.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
-                "AND tablename <> 'alembic_version'"
-            )
-        ]
-        if tables:
-            listed = ", ".join(f'"{table}"' for table in tables)
-            connection.execute(f"TRUNCATE TABLE {listed} RESTART IDENTITY CASCADE")  # type: ignore[arg-type]
-
-
 @pytest.fixture(params=DATABASE_KINDS)
 def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty (unmigrated) database of each kind."""
