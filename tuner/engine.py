@@ -50,6 +50,7 @@ def candidate_params(
             kept.append(params)
         else:
             pruned.append((params, reason))
+    kept = space.order(kept, request.problem, request.dtype, request.layout)
     return kept, pruned
 
 

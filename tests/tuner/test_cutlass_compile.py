@@ -1,6 +1,7 @@
-"""Compile-check CUTLASS variants with the local nvcc (no GPU): two gemm, one conv2d.
+"""Compile-check CUTLASS variants with the local nvcc (no GPU): three gemm (one split-K), one
+conv2d.
 
-Each build takes 25-70 s on two cores, so this file keeps to three, compiled two at a time.
+Each build takes 25-70 s on two cores, so this file keeps to four, compiled two at a time.
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ def _first(space, dtype: str, layout: str, arch: str, name: str):
     raise AssertionError(f"{name} is not in the space")
 
 
-def test_two_gemm_and_one_conv_variant_compile(tmp_path: Path) -> None:
+def test_three_gemm_and_one_conv_variant_compile(tmp_path: Path) -> None:
     includes = _include_dirs()
     variants = [
         _first(CudaGemmSpace(), "f16", "rcr", "sm_90", "gemm_f16_rcr_128x256x64_c2x1_coop"),
+        _first(CudaGemmSpace(), "f16", "rcr", "sm_90",
+               "gemm_f16_rcr_128x128x64_c1x1_coop_splitk4"),
         _first(CudaGemmSpace(), "bf16", "rrr", "sm_80", "gemm_bf16_rrr_128x128x32_w64x64_s4"),
         _first(CudaConv2dSpace(), "f16", "nhwc", "sm_90",
                "conv2d_f16_nhwc_128x128x64_w64x64_s3_opt_a8"),
@@ -70,4 +73,6 @@ def test_two_gemm_and_one_conv_variant_compile(tmp_path: Path) -> None:
                        "tunehub_describe"):
             assert hasattr(library, symbol), (variant.name, symbol)
         library.tunehub_describe.restype = ctypes.c_char_p
-        assert variant.name in library.tunehub_describe().decode()
+        description = library.tunehub_describe().decode()
+        assert variant.name in description
+        assert ("splits=4" in description) == variant.name.endswith("_splitk4")

@@ -6,12 +6,14 @@ import re
 
 import pytest
 
+from tuner.engine import candidate_params
 from tuner.errors import InvalidRequestError
 from tuner.problems import Conv2dProblem, GemmProblem
 from tuner.registry import load_space
 from tuner.render import render_variant
 from tuner.spaces.cuda_conv2d import CudaConv2dSpace
 from tuner.spaces.cuda_gemm import DEFAULT_MAX_VARIANTS, CudaGemmSpace
+from tuner.types import TuneRequest
 
 SM90_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)
 ABI_SYMBOLS = ("tunehub_can_run", "tunehub_workspace_bytes", "tunehub_run", "tunehub_describe")
@@ -49,6 +51,13 @@ def test_every_sm90_gemm_variant_renders(dtype: str, layout: str) -> None:
         assert f"using LayoutB = cutlass::layout::{b_layout};" in v.source
         streamk = "cutlass::gemm::StreamKScheduler" in v.source
         assert streamk == (v.params["scheduler"] == "streamk"), v.name
+        splits = v.params["splits"]
+        assert (f"args.scheduler.splits = {splits};" in v.source) == (splits > 1), v.name
+        assert ("DecompositionMode::SplitK" in v.source) == (splits > 1), v.name
+        if splits > 1:
+            assert streamk and v.params["schedule"] != "pingpong", v.name
+            assert v.name.endswith(f"_splitk{splits}"), v.name
+            assert f"splits={splits}" in v.source  # tunehub_describe
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
@@ -126,12 +135,98 @@ def test_sm80_split_k_is_pruned_on_short_k() -> None:
     assert space.prune(split, GemmProblem(128, 128, 8192), "f16", "rcr") is None
 
 
+def test_sm90_split_k_axis() -> None:
+    params = list(CudaGemmSpace().enumerate("f16", "rcr", "sm_90"))
+    split = [p for p in params if p["splits"] > 1]
+    assert {p["splits"] for p in split} == {2, 4, 8}
+    # every cooperative stream-K kernel of the default raster/swizzle comes in each split
+    base = [p for p in params if p["scheduler"] == "streamk" and p["splits"] == 1
+            and p["raster"] == "auto" and p["swizzle"] == 1]
+    assert len(split) == 3 * len(base)
+    for tile in ((128, 64), (128, 128)):
+        assert any((p["tile_m"], p["tile_n"]) == tile and p["schedule"] == "coop"
+                   and p["cluster_m"] * p["cluster_n"] == 1 for p in split), tile
+
+
+def test_sm90_split_k_is_pruned_on_short_k() -> None:
+    space = CudaGemmSpace()
+    split8 = next(p for p in space.enumerate("f16", "rcr", "sm_90")
+                  if p["splits"] == 8 and p["tile_k"] == 64)
+    # 15 k-tiles of 64 cannot feed 8 splits two k-tiles each
+    reason = space.prune(split8, GemmProblem(16, 4096, 960), "f16", "rcr")
+    assert reason is not None and "split 8 ways" in reason
+    assert space.prune(split8, GemmProblem(16, 4096, 1024), "f16", "rcr") is None
+
+
+def _ordered_names(problem: GemmProblem, space: CudaGemmSpace | None = None) -> list[str]:
+    space = space or CudaGemmSpace()
+    kept = [p for p in space.enumerate("f16", "rcr", "sm_90")
+            if space.prune(p, problem, "f16", "rcr") is None]
+    ordered = space.order(kept, problem, "f16", "rcr")
+    assert sorted(map(id, ordered)) == sorted(map(id, kept)), "order is a permutation"
+    return [space.name(p, "f16", "rcr") for p in ordered]
+
+
+def _small_m_friendly(name: str) -> bool:
+    return "_64x" in name or "_streamk" in name or "_splitk" in name
+
+
+def test_sm90_order_for_a_skinny_shape_fills_the_sms() -> None:
+    names = _ordered_names(GemmProblem(16, 4096, 4096))
+    head = names[:8]
+    assert all(_small_m_friendly(n) for n in head), head
+    assert any("_splitk" in n for n in head), head
+    assert any("_64x" in n and "pingpong" in n for n in head), head
+    # the big-shape seed leaves only 16 tiles of 132 SMs busy at m=16: not in a capped search
+    assert names.index("gemm_f16_rcr_128x256x64_c2x1_coop") >= DEFAULT_MAX_VARIANTS
+
+
+def test_sm90_order_for_large_shapes_keeps_the_seeds() -> None:
+    for problem in (GemmProblem(8192, 8192, 8192), GemmProblem(4096, 11008, 4096)):
+        names = _ordered_names(problem)
+        assert names[0] == "gemm_f16_rcr_128x256x64_c2x1_coop"
+        head = names[:DEFAULT_MAX_VARIANTS]
+        assert not any("_splitk" in n for n in head), head
+        assert not any(re.search(r"_r[mn](_|$)|_sw\d", n) for n in head[:8]), head
+
+
+def test_sm90_order_is_deterministic_and_follows_the_sm_count() -> None:
+    problem = GemmProblem(1024, 1024, 1024)
+    first = _ordered_names(problem)
+    assert first == _ordered_names(problem)
+    assert _ordered_names(problem, CudaGemmSpace(sm_count=132)) == first
+    assert CudaGemmSpace(sm_count=78).sm_count == 78
+    assert _ordered_names(problem, CudaGemmSpace(sm_count=8)) != first
+    with pytest.raises(ValueError):
+        CudaGemmSpace(sm_count=0)
+
+
+def test_candidate_params_uses_the_space_order() -> None:
+    problem = GemmProblem(16, 4096, 4096)
+    request = TuneRequest(op="gemm", dtype="f16", layout="rcr", problem=problem, backend="cuda")
+    kept, pruned = candidate_params(request, "sm_90", "cuda")
+    space = CudaGemmSpace()
+    assert [space.name(p, "f16", "rcr") for p in kept] == _ordered_names(problem)
+    assert pruned == []  # aligned, and k=4096 is deep enough for every split
+
+
+def test_the_default_order_keeps_the_candidates() -> None:
+    space = load_space("gemm", "cpu")
+    params = list(space.enumerate("f32", "rcr", "x86_64-avx2"))[:5]
+    assert space.order(params, GemmProblem(64, 64, 64), "f32", "rcr") == params
+    sm80 = CudaGemmSpace()
+    params = list(sm80.enumerate("f16", "rcr", "sm_80"))[:5]
+    assert sm80.order(params, GemmProblem(64, 64, 64), "f16", "rcr") == params
+
+
 def test_names_follow_the_design() -> None:
     space = CudaGemmSpace()
     params = {"family": "sm90", "tile_m": 128, "tile_n": 256, "tile_k": 64, "cluster_m": 2,
               "cluster_n": 1, "schedule": "coop", "scheduler": "streamk", "raster": "n",
-              "swizzle": 4}
+              "swizzle": 4, "splits": 1}
     assert space.name(params, "f16", "rcr") == "gemm_f16_rcr_128x256x64_c2x1_coop_streamk_rn_sw4"
+    split = {**params, "cluster_m": 1, "raster": "auto", "swizzle": 1, "splits": 4}
+    assert space.name(split, "f16", "rcr") == "gemm_f16_rcr_128x256x64_c1x1_coop_splitk4"
 
 
 def test_conv2d_prune_by_channels() -> None:

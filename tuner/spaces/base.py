@@ -38,6 +38,15 @@ class VariantSpace(ABC):
         """Why ``params`` cannot run ``problem`` (None when it can)."""
         return None
 
+    def order(
+        self, candidates: list[Params], problem: Problem, dtype: str, layout: str
+    ) -> list[Params]:
+        """The candidates (already pruned for ``problem``) in the order to try them.
+
+        A space may put its likely winners for this shape first so that a capped search sees
+        them; the default keeps ``enumerate``'s order. Must be deterministic."""
+        return candidates
+
     @abstractmethod
     def name(self, params: Params, dtype: str, layout: str) -> str:
         """Readable procedural name, e.g. ``gemm_f16_rcr_128x256x64_c2x1_coop``."""

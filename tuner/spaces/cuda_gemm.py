@@ -8,14 +8,20 @@ The sm_90 space crosses tile M/N/K, cluster shape, kernel schedule (cooperative,
 CUTLASS's auto), tile scheduler (persistent or stream-K), raster order and swizzle. Whatever
 cannot compile or cannot run well on any shape is left out of ``enumerate`` (accumulator
 registers, shared memory, schedule rules); what depends on the shape (alignment) is ``prune``.
-The order puts a short list of proven configurations first (the DESIGN anchors), then the
-rest by how often such a choice wins, so a capped search (``DEFAULT_MAX_VARIANTS``) still
-sees the strong ones.
+Stream-K kernels also come as split-K (``splits`` 2/4/8: ``..._coop_splitk4``), for shapes
+with too few output tiles to fill the SMs (skinny M, deep K).
+
+``enumerate`` puts a short list of proven configurations first (the DESIGN anchors), then the
+rest by how often such a choice wins. ``order`` then ranks the pruned candidates of one shape
+by an estimate of how well their tile grid fills the SMs and whether they are bound by loads
+or by tensor cores (:mod:`tuner.spaces._sm90_gemm_estimate`), ties kept in ``enumerate``'s
+order, so a capped search (``DEFAULT_MAX_VARIANTS``) sees the likely winners for that shape.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -28,6 +34,7 @@ from tuner.spaces._cutlass_common import (
     sm80_class_smem_bytes,
     sm_number,
 )
+from tuner.spaces._sm90_gemm_estimate import DEFAULT_SM_COUNT, estimate_sm90_seconds
 from tuner.spaces.base import Params, VariantSpace
 
 __all__ = ["CudaGemmSpace", "DEFAULT_MAX_VARIANTS", "SM90_SEEDS"]
@@ -42,6 +49,14 @@ _SM90_SCHEDULES = ("coop", "pingpong", "auto")
 _SM90_SCHEDULERS = ("persistent", "streamk")
 _SM90_RASTERS = ("auto", "n", "m")
 _SM90_SWIZZLES = (1, 2, 4, 8)
+#: K splits of the stream-K scheduler's split-K mode (1: its own stream-K heuristic)
+_SM90_SPLITS = (1, 2, 4, 8)
+#: ``order``: estimates within this factor of the best form the first band (then the next...);
+#: inside a band the proven seeds go first, then finer bands of the estimate, raster and
+#: swizzle variants last (the estimate is rough: it must not push the seeds out of a capped
+#: search on shapes they suit)
+_ORDER_BAND = 1.25
+_ORDER_FINE_BAND = 1.05
 #: f32 accumulators per thread above which the kernel spills (one wgmma warpgroup = 128 threads)
 _MAX_ACCUMULATORS_PER_THREAD = 128
 #: shared memory the TMA epilogue keeps beside the mainloop stages (bytes, generous)
@@ -92,6 +107,8 @@ def sm90_static_reason(params: Params) -> str | None:
         return "ping-pong tile holds too many accumulators per thread"
     if params["scheduler"] == "streamk" and schedule != "coop":
         return "stream-K needs the cooperative schedule"
+    if params["splits"] > 1 and params["scheduler"] != "streamk":
+        return "split-K runs through the stream-K scheduler"
     epilogue = 0 if params["schedule"] == "auto" else _TMA_EPILOGUE_SMEM
     if 2 * (tm + tn) * tk * 2 + epilogue > SM90_SMEM_BYTES:
         return "two pipeline stages do not fit in shared memory"
@@ -105,6 +122,24 @@ def sm80_static_reason(params: Params, sm: int) -> str | None:
     if params["stages"] * (tm + tn) * tk * 2 > sm80_class_smem_bytes(sm):
         return f"{params['stages']} stages do not fit in sm_{sm} shared memory"
     return None
+
+
+def _is_seed(params: Params) -> bool:
+    return _sm90_seed_index(params) < len(SM90_SEEDS)
+
+
+def _sm90_seed_index(params: Params) -> int:
+    """Position in ``SM90_SEEDS`` (its length when not a seed, or not in the default order)."""
+    seed_key = (
+        (params["tile_m"], params["tile_n"], params["tile_k"]),
+        (params["cluster_m"], params["cluster_n"]),
+        params["schedule"],
+        params["scheduler"],
+    )
+    default_order = params["raster"] == "auto" and params["swizzle"] == 1 and params["splits"] == 1
+    if default_order and seed_key in SM90_SEEDS:
+        return SM90_SEEDS.index(seed_key)
+    return len(SM90_SEEDS)
 
 
 def _sm90_rank(params: Params) -> tuple[Any, ...]:
@@ -127,6 +162,7 @@ def _sm90_rank(params: Params) -> tuple[Any, ...]:
         _SM90_CLUSTERS.index((params["cluster_m"], params["cluster_n"])),
         abs(params["tile_m"] * params["tile_n"] - 128 * 256),
         params["tile_m"],
+        _SM90_SPLITS.index(params["splits"]),
     )
 
 
@@ -139,10 +175,14 @@ def _sm90_params() -> list[Params]:
         params: Params = {
             "family": "sm90", "tile_m": tm, "tile_n": tn, "tile_k": tk, "cluster_m": cm,
             "cluster_n": cn, "schedule": schedule, "scheduler": scheduler, "raster": raster,
-            "swizzle": swizzle,
+            "swizzle": swizzle, "splits": 1,
         }
-        if sm90_static_reason(params) is None:
-            out.append(params)
+        if sm90_static_reason(params) is not None:
+            continue
+        out.append(params)
+        # raster and swizzle order a large tile grid; split-K is for small ones
+        if scheduler == "streamk" and raster == "auto" and swizzle == 1:
+            out.extend({**params, "splits": splits} for splits in _SM90_SPLITS[1:])
     return sorted(out, key=_sm90_rank)
 
 
@@ -175,6 +215,14 @@ class CudaGemmSpace(VariantSpace):
     template = "cuda/gemm_sm90.cu.j2"
     sm80_template = "cuda/gemm_sm80.cu.j2"
     default_max_variants = DEFAULT_MAX_VARIANTS
+    #: SMs that ``order`` fills (H100 SXM / H200 by default; pass the device's count if known)
+    sm_count: int = DEFAULT_SM_COUNT
+
+    def __init__(self, sm_count: int | None = None) -> None:
+        if sm_count is not None:
+            if sm_count < 1:
+                raise ValueError(f"sm_count must be positive, not {sm_count}")
+            self.sm_count = sm_count
 
     def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
         check_dtype(dtype, "gemm")
@@ -200,10 +248,39 @@ class CudaGemmSpace(VariantSpace):
         for dim in ("k", "n") + (("m",) if layout[0] == "c" else ()):
             if getattr(problem, dim) % align:
                 return f"{dim}={getattr(problem, dim)} is not a multiple of {align} (16-byte loads)"
+        if params["family"] == "sm90" and params["splits"] > 1:
+            k_tiles = -(-problem.k // params["tile_k"])
+            if k_tiles < 2 * params["splits"]:
+                return (f"k={problem.k} has {k_tiles} k-tiles of {params['tile_k']}: "
+                        f"too few to split {params['splits']} ways")
         if params["family"] == "sm80" and params["split_k"] > 1:
             if problem.k < params["split_k"] * params["tile_k"] * 2:
                 return f"k={problem.k} is too short to split {params['split_k']} ways"
         return None
+
+    def order(
+        self, candidates: list[Params], problem: Problem, dtype: str, layout: str
+    ) -> list[Params]:
+        """sm_90 candidates by estimated time on ``problem`` (see ``_ORDER_BAND``); ties, and
+        sm_80-class spaces (not estimated), keep ``enumerate``'s order."""
+        if not isinstance(problem, GemmProblem) or not candidates:
+            return list(candidates)
+        if any(p["family"] != "sm90" for p in candidates):
+            return list(candidates)
+        seconds = [estimate_sm90_seconds(p, problem, self.sm_count) for p in candidates]
+        best = min(seconds)
+
+        def key(i: int) -> tuple[int, bool, bool, int, int]:
+            params, ratio = candidates[i], seconds[i] / best
+            return (
+                math.floor(math.log(ratio) / math.log(_ORDER_BAND)),
+                not _is_seed(params),
+                params["raster"] != "auto" or params["swizzle"] != 1,
+                math.floor(math.log(ratio) / math.log(_ORDER_FINE_BAND)),
+                i,
+            )
+
+        return [candidates[i] for i in sorted(range(len(candidates)), key=key)]
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
         tile = f"{params['tile_m']}x{params['tile_n']}x{params['tile_k']}"
@@ -211,7 +288,8 @@ class CudaGemmSpace(VariantSpace):
         if params["family"] == "sm90":
             parts = [head, f"c{params['cluster_m']}x{params['cluster_n']}", params["schedule"]]
             if params["scheduler"] == "streamk":
-                parts.append("streamk")
+                splits = params["splits"]
+                parts.append(f"splitk{splits}" if splits > 1 else "streamk")
             if params["raster"] != "auto":
                 parts.append(f"r{params['raster']}")
             if params["swizzle"] != 1:
