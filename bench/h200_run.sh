@@ -19,28 +19,30 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --fo
 timeout "${VS_VENDOR_SECONDS:-420}" python3 bench/vs_vendor.py --out "$out" "$@" \
   2>&1 | tee "$out/vs_vendor.log" | grep -E "^\[|wrote|Error|error" | tail -60
 
-[ "${SKIP_E2E:-0}" = 1 ] && exit 0
-th() { python3 -m service.cli "$@"; }
-export COLUMNS=160
-export TUNEHUB_DATA_DIR=/tmp/tunehub-e2e TUNEHUB_CACHE_DIR=$PWD/.cache/tunehub
-th serve --backend cuda --port 8765 > "$out/serve.log" 2>&1 &
-server=$!
-for _ in $(seq 60); do
-  python3 -c 'import httpx; httpx.get("http://127.0.0.1:8765/healthz").raise_for_status()' \
-    2>/dev/null && break
-  sleep 1
-done
-{
-  export TUNEHUB_SERVER=http://127.0.0.1:8765
-  timeout 90 python3 -m service.cli tune softmax --m 65536 --k 4096 --dtype f16 --backend cuda
-  timeout 90 python3 -m service.cli tune gemm --m 4096 --n 4096 --k 4096 --dtype f16 \
-    --backend cuda --max-variants 8
-  th best softmax --m 65536 --k 4096 --dtype f16 --device cuda
-  th best gemm --m 4096 --n 4096 --k 4096 --dtype f16 --device cuda
-  th jobs
-} > "$out/e2e.log" 2>&1
-tail -40 "$out/e2e.log"
-kill "$server"
+e2e() {
+  th() { python3 -m service.cli "$@"; }
+  export COLUMNS=160
+  export TUNEHUB_DATA_DIR=/tmp/tunehub-e2e TUNEHUB_CACHE_DIR=$PWD/.cache/tunehub
+  th serve --backend cuda --port 8765 > "$out/serve.log" 2>&1 &
+  server=$!
+  for _ in $(seq 60); do
+    python3 -c 'import httpx; httpx.get("http://127.0.0.1:8765/healthz").raise_for_status()' \
+      2>/dev/null && break
+    sleep 1
+  done
+  {
+    export TUNEHUB_SERVER=http://127.0.0.1:8765
+    timeout 90 python3 -m service.cli tune softmax --m 65536 --k 4096 --dtype f16 --backend cuda
+    timeout 90 python3 -m service.cli tune gemm --m 4096 --n 4096 --k 4096 --dtype f16 \
+      --backend cuda --max-variants 8
+    th best softmax --m 65536 --k 4096 --dtype f16 --device cuda
+    th best gemm --m 4096 --n 4096 --k 4096 --dtype f16 --device cuda
+    th jobs
+  } > "$out/e2e.log" 2>&1
+  tail -40 "$out/e2e.log"
+  kill "$server"
+}
+[ "${SKIP_E2E:-0}" = 1 ] || e2e
 
 if [ "${RUN_GPU_TESTS:-0}" = 1 ]; then
   timeout 120 python3 -m pytest --noconftest -o addopts= -q -m gpu tests/gpu \
