@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one command run on the lent H200 through the device tool, from the repo root:
-#   bash bench/h200_run.sh [vs_vendor args]      (carry: .whl, from ../shared/tools/gpu-wheels.sh)
+#   bash bench/h200_run.sh [vs_vendor args]      (carry: .whl from ../shared/tools/gpu-wheels.sh; .device-carry optional)
 # 1. installs the carried wheels (service stack + CUTLASS headers; the host has no network),
 # 2. bench/vs_vendor.py: tunes every suite, then times winners and vendor baselines side by side,
 # 3. an end-to-end job through `tunehub serve` (SQLite, local worker, CUDA backend): a GEMM and a
@@ -13,6 +13,9 @@ mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+# optional: a compile cache built elsewhere with bench/precompile_cuda.py, as
+# `tar -cf - .cache | xz -9e --lzma2=dict=128MiB` (static cudart dedupes: 57 MB -> 1.5 MB)
+[ -f .device-carry/cache.tar.xz ] && tar -xJf .device-carry/cache.tar.xz
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv \
   > "$out/nvidia-smi.txt" 2>&1
 
