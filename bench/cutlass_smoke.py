@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tuner.compile import CompileCache, build_variants  # noqa: E402
 from tuner.problems import Conv2dProblem, GemmProblem, Problem  # noqa: E402
+from tuner.reference import tolerance  # noqa: E402
 from tuner.render import render_variant  # noqa: E402
 from tuner.spaces.cuda_conv2d import CudaConv2dSpace  # noqa: E402
 from tuner.spaces.cuda_gemm import CudaGemmSpace  # noqa: E402
@@ -202,21 +203,13 @@ def _out_shape(problem: Problem) -> tuple[int, ...]:
     return (problem.n, problem.p, problem.q, problem.k)
 
 
-def _reduction_len(problem: Problem) -> int:
-    if isinstance(problem, GemmProblem):
-        return problem.k
-    assert isinstance(problem, Conv2dProblem)
-    return problem.r * problem.s * problem.c
-
-
 def _verify(torch: Any, got: Any, expected: Any, dtype: str, k: int) -> tuple[bool, float, str]:
-    rtol, atol = (1e-2, 1e-2) if dtype == "f16" else (2e-2, 2e-2)
-    scale = max(1.0, math.sqrt(k) / 8.0)
+    rtol, atol = tolerance(dtype, k)
     g = got.float()
     if not bool(torch.isfinite(g).all()):
         return False, math.inf, "non-finite outputs (poison left or overflow)"
     err = (g - expected).abs()
-    ok = bool((err <= (atol + rtol * expected.abs()) * scale).all())
+    ok = bool((err <= atol + rtol * expected.abs()).all())
     rel = float(torch.linalg.vector_norm(g - expected) / torch.linalg.vector_norm(expected))
     return ok, float(err.max()), f"rel_l2={rel:.2e}"
 
@@ -363,7 +356,7 @@ def _measure_group(torch: Any, manifest: dict[str, Any], cache_dir: Path, op: st
         if status["rc"]:
             emit({**row, "outcome": "runtime_error", "code": status["rc"]})
             continue
-        ok, max_err, msg = _verify(torch, outs[0], expected, dtype, _reduction_len(problem))
+        ok, max_err, msg = _verify(torch, outs[0], expected, dtype, problem.reduction_length())
         row.update({"max_abs_error": max_err, "verify": msg, "workspace_bytes": ws_bytes,
                     "describe": lib.tunehub_describe().decode()})
         if not ok:

@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tuner.backends.cuda import CudaBackend  # noqa: E402
 from tuner.engine import tune  # noqa: E402
 from tuner.problems import problem_from_dict  # noqa: E402
+from tuner.reference import ELEMENT_SIZE  # noqa: E402
+from tuner.stats import throughput  # noqa: E402
 from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
 
 GEMM = [(8192, 8192, 8192), (4096, 11008, 4096), (4096, 4096, 11008), (8192, 1024, 8192),
@@ -149,12 +151,11 @@ def _baseline_launches(vb: Any, row: dict[str, Any], work: Any) -> dict[str, Any
 
 def _metrics(row: dict[str, Any], times: dict[str, float], copy_gbps: float) -> tuple[dict, str]:
     problem = problem_from_dict(row["suite"], dict(row["problem"]))
+    metric = {name: throughput(problem, ELEMENT_SIZE["f16"], median_us)[0]
+              for name, median_us in times.items()}
     if problem.flops() > 0:
-        return {k: problem.flops() / t / 1e6 for k, t in times.items()}, "TFLOP/s"
-    moved = problem.bytes_moved(2)
-    metric = {k: moved / t / 1e3 for k, t in times.items()}
-    metric["copy"] = copy_gbps
-    return metric, "GB/s"
+        return metric, "TFLOP/s"
+    return {**metric, "copy": copy_gbps}, "GB/s"
 
 
 def _geomean(values: list[float]) -> float:

@@ -102,6 +102,10 @@ class Problem:
         """Minimal bytes read plus written, for a bandwidth figure."""
         return float(sum(self.operand_sizes().values()) * element_size)
 
+    def reduction_length(self) -> int:
+        """Terms one output element accumulates (it scales the verification tolerance)."""
+        return int(getattr(self, "k", 1))
+
 
 @dataclass(frozen=True)
 class GemmProblem(Problem):
@@ -169,6 +173,9 @@ class Conv2dProblem(Problem):
 
     def flops(self) -> float:
         return 2.0 * self.n * self.p * self.q * self.k * self.r * self.s * self.c
+
+    def reduction_length(self) -> int:
+        return self.r * self.s * self.c
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ References compute in float32 (float64 for long reductions) from the stored (rou
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +22,7 @@ __all__ = [
     "make_inputs",
     "reference",
     "Verdict",
+    "tolerance",
     "verify",
 ]
 
@@ -111,6 +113,17 @@ def _conv2d_nhwc(p: Conv2dProblem, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return y
 
 
+def tolerance(dtype: str, reduction_len: int = 1) -> tuple[float, float]:
+    """(rtol, atol) for an output of ``dtype`` that accumulates ``reduction_len`` terms.
+
+    It grows with sqrt(reduction length): the fp accumulation error of a correct kernel grows
+    that way, a wrong kernel's error does not stay that small.
+    """
+    rtol, atol = _TOLERANCE[dtype]
+    scale = max(1.0, math.sqrt(reduction_len) / 8.0)
+    return rtol * scale, atol * scale
+
+
 @dataclass(frozen=True)
 class Verdict:
     ok: bool
@@ -119,19 +132,14 @@ class Verdict:
 
 
 def verify(output: np.ndarray, expected: np.ndarray, dtype: str, reduction_len: int = 1) -> Verdict:
-    """Compare a kernel's output (storage dtype) with the float32 reference.
-
-    The tolerance grows with sqrt(reduction length): fp accumulation error of a correct kernel
-    grows that way, a wrong kernel's error does not stay that small.
-    """
+    """Compare a kernel's output (storage dtype) with the float32 reference (see tolerance)."""
     got = from_storage(np.asarray(output), dtype).reshape(expected.shape)
     if not np.all(np.isfinite(got)):
         bad = int(np.count_nonzero(~np.isfinite(got)))
         return Verdict(False, float("inf"), f"{bad} non-finite outputs (poison left or overflow)")
-    rtol, atol = _TOLERANCE[dtype]
-    scale = max(1.0, float(np.sqrt(reduction_len)) / 8.0)
+    rtol, atol = tolerance(dtype, reduction_len)
     err = np.abs(got - expected)
-    limit = (atol + rtol * np.abs(expected)) * scale
+    limit = atol + rtol * np.abs(expected)
     worst = float(err.max()) if err.size else 0.0
     if np.all(err <= limit):
         return Verdict(True, worst, "ok")

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tuner.problems import Problem
 from tuner.types import Timing
 
-__all__ = ["timing_from_samples"]
+__all__ = ["timing_from_samples", "throughput"]
 
 
 def timing_from_samples(samples_us: Sequence[float]) -> Timing:
@@ -24,3 +25,12 @@ def timing_from_samples(samples_us: Sequence[float]) -> Timing:
         min_us=float(data.min()),
         reps=int(data.size),
     )
+
+
+def throughput(problem: Problem, element_size: int, median_us: float) -> tuple[float | None, str]:
+    """TFLOP/s for ops that compute (gemm, conv2d), GB/s read + written for the others."""
+    if median_us <= 0:
+        return None, ""
+    if problem.flops() > 0:
+        return problem.flops() / median_us / 1e6, "TFLOP/s"
+    return problem.bytes_moved(element_size) / median_us / 1e3, "GB/s"

@@ -27,11 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from tuner import stats
 from tuner.backends import cpu_host
 from tuner.backends.base import Backend
 from tuner.compile import CompileCache, build_variants
 from tuner.errors import ToolchainError
-from tuner.problems import Conv2dProblem, Problem, ReduceProblem
+from tuner.problems import Problem, ReduceProblem
 from tuner.reference import ELEMENT_SIZE, STORAGE, make_inputs, reference, verify
 from tuner.render import TEMPLATES_DIR, template_version
 from tuner.spaces.base import VariantSpace
@@ -48,7 +49,7 @@ from tuner.types import (
     Variant,
 )
 
-__all__ = ["CpuBackend", "CPU_TEMPLATES_DIR", "harness_dims", "reduction_length"]
+__all__ = ["CpuBackend", "CPU_TEMPLATES_DIR", "harness_dims"]
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +65,6 @@ def harness_dims(problem: Problem) -> list[int]:
     if isinstance(problem, ReduceProblem):
         dims.append(REDUCE_KIND_CODES[problem.kind])
     return dims
-
-
-def reduction_length(problem: Problem) -> int:
-    """How many terms one output element sums (it scales the verification tolerance)."""
-    if isinstance(problem, Conv2dProblem):
-        return problem.r * problem.s * problem.c
-    return int(getattr(problem, "k", 1))
 
 
 @dataclass(frozen=True)
@@ -276,7 +270,7 @@ class CpuBackend(Backend):
         if got.size != data.expected.size:
             return replace(base, outcome=Outcome.WRONG_RESULT,
                            log=f"output holds {got.size} elements, expected {data.expected.size}")
-        verdict = verify(got, data.expected, request.dtype, reduction_length(request.problem))
+        verdict = verify(got, data.expected, request.dtype, request.problem.reduction_length())
         if not verdict.ok:  # the timing of a wrong kernel is discarded
             return replace(base, outcome=Outcome.WRONG_RESULT, log=verdict.message)
         samples = [float(s) for s in answer.get("samples_us", [])]
@@ -287,18 +281,10 @@ class CpuBackend(Backend):
                       "calls_per_sample": answer.get("calls_per_sample"),
                       "copies": answer.get("copies")}
         outcome = Outcome.ABORTED_SLOW if answer.get("aborted") else Outcome.OK
-        throughput, unit = self._throughput(request, timing.median_us)
+        throughput, unit = stats.throughput(request.problem, ELEMENT_SIZE[request.dtype],
+                                            timing.median_us)
         return replace(base, outcome=outcome, timing=timing, throughput=throughput,
                        throughput_unit=unit, provenance=provenance, log=stderr)
-
-    @staticmethod
-    def _throughput(request: TuneRequest, median_us: float) -> tuple[float | None, str]:
-        if median_us <= 0:
-            return None, ""
-        problem = request.problem
-        if problem.flops() > 0:
-            return problem.flops() / median_us / 1e6, "TFLOP/s"
-        return problem.bytes_moved(ELEMENT_SIZE[request.dtype]) / median_us / 1e3, "GB/s"
 
     @staticmethod
     def _provenance(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

@@ -16,9 +16,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tuner import stats
 from tuner.backends.base import Backend
 from tuner.backends.cuda_process import HarnessProcess, HarnessTimeout
 from tuner.compile import CompileCache, build_variants
@@ -199,7 +201,7 @@ class CudaBackend(Backend):
         try:
             answer = self.request(payload, self.config.run_timeout_s)
         except HarnessTimeout as exc:
-            return _replace(base, outcome=Outcome.TIMEOUT, log=str(exc))
+            return replace(base, outcome=Outcome.TIMEOUT, log=str(exc))
         return self._result(base, answer, request, time.monotonic() - started)
 
     def _result(self, base: BenchResult, answer: dict[str, Any], request: TuneRequest,
@@ -216,15 +218,9 @@ class CudaBackend(Backend):
             provenance["suspect_reasons"] = reasons
         samples = answer.get("samples_us") or []
         timing = timing_from_samples(samples) if samples else None
-        throughput, unit = None, ""
-        if timing is not None and timing.median_us > 0:
-            problem = request.problem
-            if problem.flops() > 0:
-                throughput, unit = problem.flops() / timing.median_us / 1e6, "TFLOP/s"
-            else:
-                moved = problem.bytes_moved(ELEMENT_SIZE[request.dtype])
-                throughput, unit = moved / timing.median_us / 1e3, "GB/s"
-        return _replace(base, outcome=outcome, timing=timing, throughput=throughput,
+        throughput, unit = (None, "") if timing is None else stats.throughput(
+            request.problem, ELEMENT_SIZE[request.dtype], timing.median_us)
+        return replace(base, outcome=outcome, timing=timing, throughput=throughput,
                         throughput_unit=unit, log=str(answer.get("log", ""))[-4000:],
                         provenance=provenance, suspect=bool(reasons))
 
@@ -233,8 +229,3 @@ class CudaBackend(Backend):
             self._harness.close()
             self._harness = None
 
-
-def _replace(result: BenchResult, **changes: Any) -> BenchResult:
-    from dataclasses import replace
-
-    return replace(result, **changes)

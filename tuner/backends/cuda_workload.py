@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from tuner.problems import Conv2dProblem, GemmProblem, Problem, ReduceProblem, SoftmaxProblem
-from tuner.reference import _TOLERANCE  # one source of truth for per-dtype tolerances
+from tuner.reference import tolerance
 
 __all__ = ["Workload", "build_workload", "verify_output", "time_launches", "TimingRun",
            "KIND_CODES", "TORCH_DTYPES"]
@@ -87,14 +87,6 @@ def _reference(problem: Problem, layout: str, inputs: list[torch.Tensor]) -> tor
     return torch.softmax(x, dim=1)
 
 
-def _reduction_len(problem: Problem) -> int:
-    if isinstance(problem, GemmProblem):
-        return problem.k
-    if isinstance(problem, Conv2dProblem):
-        return problem.r * problem.s * problem.c
-    return int(getattr(problem, "k"))  # noqa: B009
-
-
 def build_workload(problem: Problem, dtype: str, layout: str, seed: int, l2_bytes: int) -> Workload:
     """Random input sets totalling >= 2x L2 (capped by memory), outputs and the reference."""
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -117,7 +109,7 @@ def build_workload(problem: Problem, dtype: str, layout: str, seed: int, l2_byte
     work = Workload(
         key=f"{problem.op}|{dtype}|{layout}|{problem.key()}|{seed}",
         inputs=inputs, outputs=outputs, expected=_reference(problem, layout, inputs[0]),
-        dims=dims, reduction_len=_reduction_len(problem), set_bytes=set_bytes,
+        dims=dims, reduction_len=problem.reduction_length(), set_bytes=set_bytes,
     )
     work.pointer_arrays = [(ctypes.c_void_p * len(s))(*[t.data_ptr() for t in s]) for s in inputs]
     return work
@@ -130,10 +122,9 @@ def verify_output(work: Workload, dtype: str) -> tuple[bool, float, str]:
     if not bool(finite.all()):
         bad = int((~finite).sum())
         return False, math.inf, f"{bad} non-finite outputs (poison left or overflow)"
-    rtol, atol = _TOLERANCE[dtype]
-    scale = max(1.0, math.sqrt(work.reduction_len) / 8.0)
+    rtol, atol = tolerance(dtype, work.reduction_len)
     err = (got - work.expected).abs()
-    excess = err - (atol + rtol * work.expected.abs()) * scale
+    excess = err - (atol + rtol * work.expected.abs())
     worst = float(err.max()) if err.numel() else 0.0
     if not bool((excess > 0).any()):
         return True, worst, "ok"
