@@ -182,14 +182,20 @@ def _lease(session: Session, lease_id: str) -> Lease | None:
     return session.get(Lease, lease_id)
 
 
-def held_task(session: Session, lease_id: str) -> tuple[Lease, Task]:
-    """The lease and its task; 404 for an unknown lease, 409 when the lease is no longer held."""
+def _lease_and_task(session: Session, lease_id: str) -> tuple[Lease, Task]:
+    """The lease and its task, held or not; 404 when either is unknown."""
     lease = _lease(session, lease_id)
     if lease is None:
         raise NotFound(f"lease {lease_id!r} not found")
     task = session.get(Task, lease.task_id)
     if task is None:
         raise NotFound(f"task of lease {lease_id!r} not found")
+    return lease, task
+
+
+def held_task(session: Session, lease_id: str) -> tuple[Lease, Task]:
+    """The lease and its task; 404 for an unknown lease, 409 when the lease is no longer held."""
+    lease, task = _lease_and_task(session, lease_id)
     if task.lease_id != lease.id:
         raise Conflict(f"lease {lease_id} is no longer held: the task was leased again")
     return lease, task
@@ -200,12 +206,7 @@ def heartbeat(
 ) -> tuple[datetime, bool]:
     """Extend a held lease; returns (expires_at, cancelled). Commits nothing."""
     now = utcnow()
-    lease = _lease(session, lease_id)
-    if lease is None:
-        raise NotFound(f"lease {lease_id!r} not found")
-    task = session.get(Task, lease.task_id)
-    if task is None:
-        raise NotFound(f"task of lease {lease_id!r} not found")
+    lease, task = _lease_and_task(session, lease_id)
     expires = now + timedelta(seconds=lease_seconds)
     if task.status == "queued" and task.lease_id is None:
         # expired and requeued, but nobody took it yet: the same worker may carry on

@@ -57,8 +57,9 @@ class VariantSpace(ABC):
         return self.template
 
     def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
-        """Values handed to the template (defaults to the params plus dtype and layout)."""
-        return {**params, "dtype": dtype, "layout": layout}
+        """Values handed to the template: the params, dtype, layout and the variant's name."""
+        name = self.name(params, dtype, layout)
+        return {**params, "dtype": dtype, "layout": layout, "name": name}
 
     def flags(self, params: Params, arch: str) -> tuple[str, ...]:
         """Extra compiler flags of this variant (beyond the backend's base flags)."""

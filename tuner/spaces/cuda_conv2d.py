@@ -98,7 +98,3 @@ class CudaConv2dSpace(VariantSpace):
         if params["swizzle"] != 1:
             parts.append(f"sw{params['swizzle']}")
         return "_".join(parts)
-
-    def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
-        name = self.name(params, dtype, layout)
-        return {**params, "dtype": dtype, "layout": layout, "name": name}

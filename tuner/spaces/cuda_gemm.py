@@ -302,10 +302,6 @@ class CudaGemmSpace(VariantSpace):
             parts.append(f"sw{params['swizzle']}")
         return "_".join(parts)
 
-    def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
-        name = self.name(params, dtype, layout)
-        return {**params, "dtype": dtype, "layout": layout, "name": name}
-
 
 def iter_names(dtype: str, layout: str, arch: str) -> Iterator[str]:
     """Every variant name of the space, in order (for docs and quick inspection)."""

@@ -33,10 +33,4 @@ class CudaReduceSpace(VariantSpace):
         return f"reduce_{dtype}_p{params['pack']}_{mapping_label(params)}_t{params['threads']}"
 
     def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
-        return {
-            **params,
-            "dtype": dtype,
-            "layout": layout,
-            "ctype": CTYPES[dtype],
-            "name": self.name(params, dtype, layout),
-        }
+        return {**super().render_context(params, dtype, layout), "ctype": CTYPES[dtype]}

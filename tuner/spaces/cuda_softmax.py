@@ -77,11 +77,8 @@ class CudaSoftmaxSpace(VariantSpace):
     def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
         reg = params["mode"] == "reg"
         return {
-            **params,
-            "dtype": dtype,
-            "layout": layout,
+            **super().render_context(params, dtype, layout),
             "ctype": CTYPES[dtype],
-            "name": self.name(params, dtype, layout),
             "col_options": col_options(params) if reg else [],
             "max_cols": col_options(params)[-1] if reg else 0,
         }
