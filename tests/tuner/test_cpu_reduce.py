@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -10,7 +12,7 @@ from tests.tuner.cpu_helpers import quick_config
 from tuner.backends.cpu import CpuBackend
 from tuner.errors import InvalidRequestError
 from tuner.problems import ReduceProblem, SoftmaxProblem
-from tuner.render import render_variant
+from tuner.render import TEMPLATES_DIR, render_variant
 from tuner.spaces.cpu_reduce import CpuReduceSpace
 from tuner.types import Outcome, TuneRequest
 
@@ -87,3 +89,15 @@ def test_real_variants_verify_for_every_kind(backend: CpuBackend, dtype: str, pa
             result = backend.run(variant, built.artifact, request)
             assert result.outcome is Outcome.OK, (kind, m, k, result.log)
             assert result.timing is not None and result.timing.median_us > 0
+
+
+def test_editing_a_shared_header_changes_every_variant_id(tmp_path: Path) -> None:
+    root = tmp_path / "templates"
+    shutil.copytree(TEMPLATES_DIR / "cpu", root / "cpu")
+    params = next(iter(SPACE.enumerate("f32", "row", "x86_64-avx2")))
+    before = render_variant(SPACE, params, "f32", "row", "x86_64-avx2", FLAGS, "g++", str(root))
+    with (root / "cpu" / "_harness.h").open("a") as header:
+        header.write("\n// a harness change\n")
+    after = render_variant(SPACE, params, "f32", "row", "x86_64-avx2", FLAGS, "g++", str(root))
+    assert before.source == after.source  # the source only names the header...
+    assert before.id != after.id  # ...yet the id follows it

@@ -141,18 +141,8 @@ class CpuBackend(Backend):
     def compiler_identity(self) -> str:
         return self._identity
 
-    @cached_property
-    def _helpers_version(self) -> str:
-        """Hash of the shared headers (``_*``) every template includes: a harness change must
-        change every variant id, because the rendered source only names the header."""
-        digest = hashlib.sha256()
-        for helper in sorted(CPU_TEMPLATES_DIR.glob("_*")):
-            digest.update(helper.name.encode() + b"\0" + helper.read_bytes())
-        return digest.hexdigest()[:12]
-
     def base_flags(self, arch: str) -> tuple[str, ...]:
-        return ("-O3", "-march=native", "-std=c++17", "-fno-math-errno",
-                f"-DTUNEHUB_CPU_HELPERS={self._helpers_version}")
+        return ("-O3", "-march=native", "-std=c++17", "-fno-math-errno")
 
     @cached_property
     def _device(self) -> DeviceInfo:
