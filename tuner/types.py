@@ -136,7 +136,7 @@ class Variant:
     params: dict[str, Any]
     source: str
     flags: tuple[str, ...]
-    #: sha256 of source + flags + compiler identity
+    #: sha256 of source + flags + compiler identity + template version
     id: str
 
 
