@@ -7,8 +7,8 @@ import logging.config
 from alembic import context
 from sqlalchemy import Connection
 
-from service.db import make_engine
-from service.models import Base
+from service.store.db import make_engine
+from service.store.models import Base
 
 config = context.config
 if config.config_file_name and config.attributes.get("configure_logging", True):

@@ -1,27 +1,55 @@
-"""HTTP client of the tunehub REST API (v1), used by the CLI and the worker agent.
+"""Typed HTTP client of the tunehub REST API (v1), used by the CLI, the worker agent and
+build scripts. It imports nothing from the service but :mod:`service.schemas`: requests and
+answers are the same pydantic models the routes use.
 
     client = TunehubClient("http://127.0.0.1:8765", token="...")
-    job = client.submit_job(op="reduce", dtype="f32", problems=[{"m": 4096, "k": 4096}])
-    client.get_job(job["id"])
+    job = client.submit_job(JobCreate(op="reduce", dtype="f32", problems=[{"m": 4096, "k": 4096}],
+                                      device=DeviceSelector(backend="cpu")))
+    client.get_job(job.id).status
 
-Every method returns the decoded JSON body (a ``dict`` or ``list``), or ``None`` where the
-server answers 204 (no content, e.g. no task to lease).
+A method returns the answer's model, or ``None`` where the server answers 204 (no task to
+lease). A request model is validated when it is built, so a bad field fails before sending.
 
 Errors, all raised from this module and nothing else::
 
     ClientError             base of everything the client raises
     ├── ApiError            the server answered with an HTTP error; ``status`` and ``detail``
     │   └── LeaseLost       409 on a lease call: the lease expired or was given to another worker
-    └── ConnectionFailed    the server could not be reached (refused, DNS, timeout, broken reply)
+    └── ConnectionFailed    the server could not be reached (refused, DNS, timeout), or its
+                            reply was not the answer the API promises
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
+
+from service.schemas.common import HealthOut
+from service.schemas.configs import (
+    BestConfigOut,
+    ConfigQuery,
+    ConfigQueryBatch,
+    ConfigQueryResults,
+    MeasurementList,
+    MeasurementOut,
+    TokenCreate,
+    TokenOut,
+)
+from service.schemas.jobs import JobCreate, JobList, JobOut, JobSummary
+from service.schemas.worker import (
+    HeartbeatIn,
+    HeartbeatOut,
+    LeaseOut,
+    LeaseRequest,
+    ResultsIn,
+    ResultsOut,
+    WorkerOut,
+    WorkerRegister,
+)
 
 __all__ = [
     "ClientError",
@@ -35,6 +63,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 30.0
+Answer = TypeVar("Answer", bound=BaseModel)
 
 
 class ClientError(Exception):
@@ -109,24 +138,26 @@ class TunehubClient:
 
     # -- plumbing -------------------------------------------------------------------------
 
-    def _request(
+    def _send(
         self,
         method: str,
         path: str,
         *,
-        json: Any = None,
+        body: BaseModel | None = None,
         params: Mapping[str, Any] | None = None,
         lease_call: bool = False,
-    ) -> Any:
+    ) -> httpx.Response:
         clean = {k: v for k, v in (params or {}).items() if v is not None}
+        content = body.model_dump_json().encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if body is not None else None
         try:
-            response = self._http.request(method, path, json=json, params=clean or None)
+            response = self._http.request(
+                method, path, content=content, headers=headers, params=clean or None
+            )
         except httpx.TimeoutException as exc:
             raise ConnectionFailed(self.base_url, f"timed out ({type(exc).__name__})") from None
         except httpx.TransportError as exc:
             raise ConnectionFailed(self.base_url, str(exc) or type(exc).__name__) from None
-        if response.status_code == 204:
-            return None
         if response.status_code >= 400:
             try:
                 detail = _detail_text(response.json().get("detail", response.text))
@@ -134,134 +165,98 @@ class TunehubClient:
                 detail = response.text.strip()[:500] or response.reason_phrase
             error = LeaseLost if lease_call and response.status_code == 409 else ApiError
             raise error(response.status_code, detail, method, path)
-        if not response.content:
-            return None
+        return response
+
+    def _call(
+        self,
+        answer: type[Answer],
+        method: str,
+        path: str,
+        *,
+        body: BaseModel | None = None,
+        params: Mapping[str, Any] | None = None,
+        lease_call: bool = False,
+    ) -> Answer:
+        response = self._send(method, path, body=body, params=params, lease_call=lease_call)
+        return self._parse(answer, response, method, path)
+
+    def _parse(
+        self, answer: type[Answer], response: httpx.Response, method: str, path: str
+    ) -> Answer:
         try:
-            return response.json()
-        except ValueError:
-            raise ConnectionFailed(self.base_url, f"{method} {path}: reply is not JSON") from None
+            return answer.model_validate_json(response.content)
+        except ValidationError as exc:
+            errors = exc.error_count()
+            reason = f"{method} {path}: the reply is not a {answer.__name__} ({errors} errors)"
+            raise ConnectionFailed(self.base_url, reason) from None
 
     # -- health ---------------------------------------------------------------------------
 
-    def healthz(self) -> dict[str, Any]:
-        return self._request("GET", "/healthz")
+    def healthz(self) -> HealthOut:
+        return self._call(HealthOut, "GET", "/healthz")
 
     # -- jobs -----------------------------------------------------------------------------
 
-    def submit_job(
-        self,
-        *,
-        op: str,
-        dtype: str,
-        problems: Sequence[Mapping[str, Any]],
-        device: Mapping[str, Any] | None = None,
-        layout: str | None = None,
-        strategy: str = "exhaustive",
-        max_variants: int | None = None,
-        max_seconds: float | None = None,
-        objective: str = "time",
-        seed: int = 0,
-    ) -> dict[str, Any]:
-        """POST /v1/jobs; returns the 202 body ``{id, status, ...}``."""
-        body: dict[str, Any] = {
-            "op": op,
-            "dtype": dtype,
-            "problems": [dict(p) for p in problems],
-            "device": dict(device or {"backend": "cpu"}),
-            "strategy": strategy,
-            "budget": {"max_variants": max_variants, "max_seconds": max_seconds},
-            "objective": objective,
-            "seed": seed,
-        }
-        if layout is not None:
-            body["layout"] = layout
-        return self._request("POST", "/v1/jobs", json=body)
+    def submit_job(self, job: JobCreate) -> JobOut:
+        """POST /v1/jobs; the 202 answer is the stored job."""
+        return self._call(JobOut, "POST", "/v1/jobs", body=job)
 
-    def get_job(self, job_id: int | str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/jobs/{job_id}")
+    def get_job(self, job_id: str) -> JobOut:
+        return self._call(JobOut, "GET", f"/v1/jobs/{job_id}")
 
-    def list_jobs(self, **filters: Any) -> list[dict[str, Any]]:
-        return _items(self._request("GET", "/v1/jobs", params=filters))
+    def list_jobs(
+        self, *, status: str | None = None, op: str | None = None, limit: int | None = None
+    ) -> list[JobSummary]:
+        params = {"status": status, "op": op, "limit": limit}
+        return self._call(JobList, "GET", "/v1/jobs", params=params).jobs
 
-    def cancel_job(self, job_id: int | str) -> dict[str, Any] | None:
-        return self._request("DELETE", f"/v1/jobs/{job_id}")
+    def cancel_job(self, job_id: str) -> JobOut:
+        return self._call(JobOut, "DELETE", f"/v1/jobs/{job_id}")
 
     # -- configs and measurements ---------------------------------------------------------
 
-    def best_config(
-        self,
-        *,
-        op: str,
-        dtype: str,
-        dims: Mapping[str, Any],
-        layout: str | None = None,
-        device: str | None = None,
-        backend: str | None = None,
-        toolchain: str | None = None,
-    ) -> dict[str, Any]:
+    def best_config(self, query: ConfigQuery) -> BestConfigOut:
         """GET /v1/configs/best; a shape nobody tuned raises ApiError with status 404.
 
-        ``device`` is a device key (``backend:name:arch:sms``) or part of a device name."""
-        params = {"op": op, "dtype": dtype, "layout": layout, "device": device,
-                  "backend": backend, "toolchain": toolchain, **dims}
-        return self._request("GET", "/v1/configs/best", params=params)
+        ``query.device`` is a device key (``backend:name:arch:sms``) or part of a device name."""
+        params = query.model_dump(exclude={"problem"}, exclude_none=True)
+        return self._call(
+            BestConfigOut, "GET", "/v1/configs/best", params={**params, **query.problem}
+        )
 
-    def query_configs(self, queries: Sequence[Mapping[str, Any]]) -> Any:
+    def query_configs(self, batch: ConfigQueryBatch) -> ConfigQueryResults:
         """POST /v1/configs/query: many problems in one request."""
-        body = {"queries": [dict(q) for q in queries]}
-        return self._request("POST", "/v1/configs/query", json=body)
+        return self._call(ConfigQueryResults, "POST", "/v1/configs/query", body=batch)
 
-    def measurements(self, **filters: Any) -> list[dict[str, Any]]:
-        """GET /v1/measurements, e.g. ``measurements(job_id=3)``."""
-        return _items(self._request("GET", "/v1/measurements", params=filters))
+    def measurements(self, **filters: Any) -> list[MeasurementOut]:
+        """GET /v1/measurements, e.g. ``measurements(job_id=job.id)``."""
+        return self._call(MeasurementList, "GET", "/v1/measurements", params=filters).measurements
+
+    # -- tokens ---------------------------------------------------------------------------
+
+    def create_token(self, token: TokenCreate) -> TokenOut:
+        """POST /v1/tokens (admin): the plaintext is in the answer, and nowhere else."""
+        return self._call(TokenOut, "POST", "/v1/tokens", body=token)
 
     # -- worker side ----------------------------------------------------------------------
 
-    def register_worker(self, name: str, devices: Sequence[Mapping[str, Any]]) -> Any:
-        """POST /v1/workers; returns the new worker's id."""
-        body = {"name": name, "devices": [dict(d) for d in devices]}
-        return self._request("POST", "/v1/workers", json=body)["id"]
+    def register_worker(self, worker: WorkerRegister) -> WorkerOut:
+        """POST /v1/workers; the answer carries the new worker's id."""
+        return self._call(WorkerOut, "POST", "/v1/workers", body=worker)
 
-    def lease(self, worker_id: Any, backends: Sequence[str]) -> dict[str, Any] | None:
-        """POST /v1/leases: ``{lease_id, expires_at, task}``, or None when there is no work."""
-        body = {"worker_id": worker_id, "backends": list(backends)}
-        return self._request("POST", "/v1/leases", json=body)
+    def lease(self, request: LeaseRequest) -> LeaseOut | None:
+        """POST /v1/leases: a task to tune, or None when there is no work (204)."""
+        response = self._send("POST", "/v1/leases", body=request)
+        if response.status_code == 204:
+            return None
+        return self._parse(LeaseOut, response, "POST", "/v1/leases")
 
-    def heartbeat(self, lease_id: Any, done: int, total: int) -> dict[str, Any]:
-        """Extend a lease: ``{expires_at, cancelled}``; LeaseLost when it is gone."""
-        return self._request(
-            "POST", f"/v1/leases/{lease_id}/heartbeat",
-            json={"done": done, "total": total}, lease_call=True,
-        )
+    def heartbeat(self, lease_id: str, progress: HeartbeatIn) -> HeartbeatOut:
+        """Extend a lease and read the job's cancelled flag; LeaseLost when it is gone."""
+        path = f"/v1/leases/{lease_id}/heartbeat"
+        return self._call(HeartbeatOut, "POST", path, body=progress, lease_call=True)
 
-    def upload_results(
-        self,
-        lease_id: Any,
-        *,
-        device: Mapping[str, Any],
-        toolchain: Mapping[str, Any],
-        measurements: Sequence[Mapping[str, Any]],
-        final: bool,
-        error: str | None = None,
-    ) -> Any:
-        """A batch of measurements for the lease; ``final=True`` ends the task."""
-        body: dict[str, Any] = {
-            "device": dict(device),
-            "toolchain": dict(toolchain),
-            "measurements": [dict(m) for m in measurements],
-            "final": final,
-        }
-        if error is not None:
-            body["error"] = error
-        return self._request("POST", f"/v1/leases/{lease_id}/results", json=body, lease_call=True)
-
-
-def _items(body: Any) -> list[dict[str, Any]]:
-    """Lists come bare or wrapped (``{"items": [...]}``); callers always get the list."""
-    if body is None:
-        return []
-    if isinstance(body, dict):
-        for key in ("items", "jobs", "measurements", "results"):
-            if isinstance(body.get(key), list):
-                return body[key]
-    return list(body)
+    def upload_results(self, lease_id: str, results: ResultsIn) -> ResultsOut:
+        """A batch of measurements for the lease; ``results.final`` ends the task."""
+        path = f"/v1/leases/{lease_id}/results"
+        return self._call(ResultsOut, "POST", path, body=results, lease_call=True)

@@ -21,11 +21,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.app import create_app
-from service.auth import create_token
-from service.db import upgrade
-from service.models import Base
+from service.api.app import create_app
 from service.settings import Settings
+from service.store.db import upgrade
+from service.store.models import Base
+from service.store.tokens import create_token
 
 PG_ADMIN_URL = os.environ.get(
     "TUNEHUB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Literal, get_args
 
 from tuner.errors import InvalidRequestError
 
 __all__ = [
+    "BackendName",
+    "StrategyName",
     "SPACES",
     "BACKENDS",
     "STRATEGIES",
@@ -15,6 +17,10 @@ __all__ = [
     "load_backend_class",
     "load_strategy_class",
 ]
+
+#: the names a request may use (the wire schemas take these Literals; the dicts below map them)
+BackendName = Literal["cpu", "cuda"]
+StrategyName = Literal["exhaustive", "random", "tpe"]
 
 SPACES: dict[tuple[str, str], str] = {
     ("reduce", "cpu"): "tuner.spaces.cpu_reduce:CpuReduceSpace",
@@ -35,6 +41,9 @@ STRATEGIES: dict[str, str] = {
     "random": "tuner.strategies.random_search:RandomStrategy",
     "tpe": "tuner.strategies.tpe:TpeStrategy",
 }
+
+assert set(BACKENDS) == set(get_args(BackendName)), "BackendName and BACKENDS disagree"
+assert set(STRATEGIES) == set(get_args(StrategyName)), "StrategyName and STRATEGIES disagree"
 
 
 def _load(path: str) -> Any:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from tuner.problems import Problem
 
 __all__ = [
+    "Objective",
     "Outcome",
     "Budget",
     "EngineConfig",
@@ -25,6 +26,10 @@ __all__ = [
     "BenchResult",
     "ProblemResult",
 ]
+
+
+#: what a tuning job minimises: the median time, or the energy per launch (needs a counter)
+Objective = Literal["time", "energy"]
 
 
 class Outcome(enum.StrEnum):
@@ -91,7 +96,7 @@ class TuneRequest:
     backend: str = "cpu"
     strategy: str = "exhaustive"
     budget: Budget = field(default_factory=Budget)
-    objective: str = "time"
+    objective: Objective = "time"
     seed: int = 0
 
 

@@ -8,21 +8,38 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator
+
+from tuner.problems import DType, Op
+from tuner.registry import BackendName, StrategyName
+from tuner.types import Objective
 
 __all__ = [
     "RequestModel",
     "ResponseModel",
     "SafeStr",
     "JsonDict",
+    "Op",
+    "DType",
     "Backend",
+    "StrategyName",
+    "Objective",
+    "JobStatus",
+    "JOB_STATUSES",
+    "FINISHED_STATUSES",
+    "MAX_LOG_CHARS",
     "DeviceSelector",
     "BudgetIn",
     "BudgetOut",
+    "DeviceFields",
+    "DeviceReport",
+    "DeviceIn",
     "DeviceOut",
+    "ToolchainFields",
     "ToolchainOut",
+    "HealthOut",
     "MAX_BUDGET_VARIANTS",
     "MAX_BUDGET_SECONDS",
     "MAX_JSON_BYTES",
@@ -33,7 +50,13 @@ MAX_BUDGET_SECONDS = 7 * 24 * 3600.0
 #: provenance/params blobs larger than this are refused
 MAX_JSON_BYTES = 64 * 1024
 
-Backend = Literal["cpu", "cuda"]
+Backend = BackendName
+JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
+JOB_STATUSES: tuple[str, ...] = get_args(JobStatus)
+#: a job or task in one of these states will not change any more
+FINISHED_STATUSES = frozenset({"done", "failed", "cancelled"})
+#: logs and error texts are kept up to this many characters (their ends: where errors are)
+MAX_LOG_CHARS = 16_000
 
 
 def _no_nul(value: str) -> str:
@@ -93,19 +116,66 @@ class BudgetOut(ResponseModel):
     max_seconds: float | None = None
 
 
-class DeviceOut(ResponseModel):
-    backend: str
-    name: str
-    arch: str
-    sm_count: int
-    driver: str = ""
-    runtime: str = ""
-    memory_bytes: int = 0
+class DeviceFields(BaseModel):
+    """A device's fields, defined once: the key (backend, name, arch, sm_count) and what is
+    stored beside it. Blank key fields are allowed here (a failure report may not know its
+    device); :class:`DeviceIn` requires them."""
+
+    backend: Backend
+    name: SafeStr = Field(default="", max_length=200)
+    arch: SafeStr = Field(default="", max_length=64)
+    sm_count: StrictInt = Field(default=0, ge=0, le=1_000_000)
+    driver: SafeStr = Field(default="", max_length=100)
+    runtime: SafeStr = Field(default="", max_length=100)
+    memory_bytes: StrictInt = Field(default=0, ge=0, le=2**62)
+
+    def is_complete(self) -> bool:
+        return bool(self.name and self.arch and self.sm_count >= 1)
+
+
+class DeviceReport(DeviceFields, RequestModel):
+    """The measured device in a result upload (complete whenever it carries measurements)."""
+
+
+class DeviceIn(DeviceReport):
+    """A concrete device a worker registers: name, arch and sm_count are required."""
+
+    @field_validator("name", "arch")
+    @classmethod
+    def _required_text(cls, value: str) -> str:
+        if not value:
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("sm_count")
+    @classmethod
+    def _positive_sms(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be >= 1")
+        return value
+
+
+class DeviceOut(DeviceFields, ResponseModel):
+    backend: str  # type: ignore[assignment]  # answers may name backends this client lacks
     key: str = ""
 
 
-class ToolchainOut(ResponseModel):
-    compiler: str
-    template_version: str
-    libraries: dict[str, str] = Field(default_factory=dict)
+class ToolchainFields(BaseModel):
+    """Compiler, template version and library versions: what makes results comparable."""
+
+    compiler: SafeStr = Field(default="", max_length=200)
+    template_version: SafeStr = Field(default="", max_length=100)
+    libraries: dict[SafeStr, SafeStr] = Field(default_factory=dict, max_length=32)
+
+
+class ToolchainOut(ToolchainFields, ResponseModel):
     key: str = ""
+
+
+class HealthOut(ResponseModel):
+    """``GET /healthz``: ``status`` is "ok", or "error" (with HTTP 503) when the database
+    does not answer; ``revision`` is the schema's Alembic revision."""
+
+    status: str
+    database: str
+    revision: str | None = None

@@ -8,7 +8,10 @@ from typing import Any, Literal
 from pydantic import Field
 
 from service.schemas.common import (
+    Backend,
     DeviceOut,
+    DType,
+    Op,
     RequestModel,
     ResponseModel,
     SafeStr,
@@ -57,11 +60,11 @@ class BestConfigOut(ResponseModel):
 
 
 class ConfigQuery(RequestModel):
-    op: Literal["gemm", "conv2d", "reduce", "softmax"]
-    dtype: Literal["f16", "bf16", "f32"]
+    op: Op
+    dtype: DType
     layout: SafeStr | None = Field(default=None, max_length=16)
     device: SafeStr | None = Field(default=None, max_length=300)
-    backend: Literal["cpu", "cuda"] | None = None
+    backend: Backend | None = None
     toolchain: SafeStr | None = Field(default=None, max_length=1000)
     problem: dict[str, Any]
 

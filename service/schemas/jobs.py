@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, StrictInt, ValidationInfo, field_validator, model_validator
 
@@ -11,9 +11,13 @@ from service.schemas.common import (
     BudgetIn,
     BudgetOut,
     DeviceSelector,
+    DType,
+    Objective,
+    Op,
     RequestModel,
     ResponseModel,
     SafeStr,
+    StrategyName,
 )
 from tuner.problems import LAYOUTS
 
@@ -34,14 +38,14 @@ MAX_PROBLEMS_PER_JOB = 256
 class JobCreate(RequestModel):
     """Body of ``POST /v1/jobs``. Problems are checked against the op by the route."""
 
-    op: Literal["gemm", "conv2d", "reduce", "softmax"]
-    dtype: Literal["f16", "bf16", "f32"]
+    op: Op
+    dtype: DType
     layout: SafeStr | None = None
     problems: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_PROBLEMS_PER_JOB)
     device: DeviceSelector
-    strategy: Literal["exhaustive", "random", "tpe"] = "exhaustive"
+    strategy: StrategyName = "exhaustive"
     budget: BudgetIn = Field(default_factory=BudgetIn)
-    objective: Literal["time", "energy"] = "time"
+    objective: Objective = "time"
     seed: StrictInt = Field(default=0, ge=0, le=2**31 - 1)
 
     @field_validator("layout")

@@ -1,68 +1,54 @@
 """Worker-facing models: registration, leases, heartbeats and result uploads.
 
-The worker agent imports these to build its requests and parse the answers.
+The routes, the client and the worker agent build and read these same models: one wire format.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field, StrictInt, model_validator
+from pydantic import Field, StrictInt, field_validator, model_validator
 
 from service.schemas.common import (
+    MAX_LOG_CHARS,
     Backend,
     BudgetOut,
+    DeviceIn,
     DeviceOut,
+    DeviceReport,
+    DeviceSelector,
+    DType,
     JsonDict,
+    Objective,
+    Op,
     RequestModel,
     ResponseModel,
     SafeStr,
+    StrategyName,
+    ToolchainFields,
 )
 from service.schemas.jobs import WinnerSummary
+from tuner.types import Outcome
 
 __all__ = [
-    "OUTCOMES",
     "Outcome",
     "MAX_MEASUREMENTS_PER_UPLOAD",
-    "DeviceIn",
     "WorkerRegister",
     "WorkerOut",
     "LeaseRequest",
-    "TaskDevice",
     "LeaseTask",
     "LeaseOut",
     "HeartbeatIn",
     "HeartbeatOut",
-    "ToolchainIn",
-    "DeviceReport",
     "ToolchainReport",
+    "ToolchainIn",
     "MeasurementIn",
     "ResultsIn",
     "ResultsOut",
 ]
 
-#: the values of tuner.types.Outcome
-OUTCOMES = (
-    "ok", "compile_error", "runtime_error", "timeout", "wrong_result", "aborted_slow", "pruned",
-)
-Outcome = Literal[
-    "ok", "compile_error", "runtime_error", "timeout", "wrong_result", "aborted_slow", "pruned",
-]
 MAX_MEASUREMENTS_PER_UPLOAD = 10_000
-_MAX_LOG_CHARS = 16_000
-
-
-class DeviceIn(RequestModel):
-    """A concrete device: the key (backend, name, arch, sm_count) and what is stored beside it."""
-
-    backend: Backend
-    name: SafeStr = Field(min_length=1, max_length=200)
-    arch: SafeStr = Field(min_length=1, max_length=64)
-    sm_count: StrictInt = Field(ge=1, le=1_000_000)
-    driver: SafeStr = Field(default="", max_length=100)
-    runtime: SafeStr = Field(default="", max_length=100)
-    memory_bytes: StrictInt = Field(default=0, ge=0, le=2**62)
 
 
 class WorkerRegister(RequestModel):
@@ -81,23 +67,20 @@ class LeaseRequest(RequestModel):
     backends: list[Backend] = Field(default=["cpu"], min_length=1, max_length=4)
 
 
-class TaskDevice(ResponseModel):
-    backend: str
-    name: str | None = None
-    arch: str | None = None
-
-
 class LeaseTask(ResponseModel):
+    """What the worker must tune: one problem of a job, with the job's settings."""
+
     task_id: str
     job_id: str
-    op: str
-    dtype: str
+    op: Op
+    dtype: DType
     layout: str
+    #: the problem's dims (``tuner.problems.problem_from_dict`` reads them)
     problem: dict[str, Any]
-    device: TaskDevice
-    strategy: str
+    device: DeviceSelector
+    strategy: StrategyName
     budget: BudgetOut
-    objective: str
+    objective: Objective
     seed: int
 
 
@@ -117,12 +100,6 @@ class HeartbeatOut(ResponseModel):
     cancelled: bool
 
 
-class ToolchainIn(RequestModel):
-    compiler: SafeStr = Field(min_length=1, max_length=200)
-    template_version: SafeStr = Field(min_length=1, max_length=100)
-    libraries: dict[SafeStr, SafeStr] = Field(default_factory=dict, max_length=32)
-
-
 class MeasurementIn(RequestModel):
     """One variant's result (a :class:`tuner.types.BenchResult` flattened)."""
 
@@ -138,7 +115,7 @@ class MeasurementIn(RequestModel):
     throughput: float | None = Field(default=None, ge=0, le=1e15)
     throughput_unit: SafeStr = Field(default="", max_length=32)
     compile_seconds: float | None = Field(default=None, ge=0, le=1e7)
-    #: long logs are cut to their last 16000 characters, not refused
+    #: long logs are cut to their last MAX_LOG_CHARS characters, not refused
     log: SafeStr = ""
     provenance: JsonDict = Field(default_factory=dict)
     suspect: bool = False
@@ -147,28 +124,24 @@ class MeasurementIn(RequestModel):
     def _ok_has_time(self) -> MeasurementIn:
         if self.outcome == "ok" and self.median_us is None:
             raise ValueError("median_us is required when outcome is 'ok'")
-        if len(self.log) > _MAX_LOG_CHARS:
-            self.log = self.log[-_MAX_LOG_CHARS:]
+        if len(self.log) > MAX_LOG_CHARS:
+            self.log = self.log[-MAX_LOG_CHARS:]
         return self
 
 
-class DeviceReport(RequestModel):
-    """The measured device in a result upload; may be blank in a failure report without
-    measurements (the worker could not even open its device)."""
-
-    backend: Backend
-    name: SafeStr = Field(default="", max_length=200)
-    arch: SafeStr = Field(default="", max_length=64)
-    sm_count: StrictInt = Field(default=0, ge=0, le=1_000_000)
-    driver: SafeStr = Field(default="", max_length=100)
-    runtime: SafeStr = Field(default="", max_length=100)
-    memory_bytes: StrictInt = Field(default=0, ge=0, le=2**62)
+class ToolchainReport(ToolchainFields, RequestModel):
+    """The toolchain in a result upload (complete whenever it carries measurements)."""
 
 
-class ToolchainReport(RequestModel):
-    compiler: SafeStr = Field(default="", max_length=200)
-    template_version: SafeStr = Field(default="", max_length=100)
-    libraries: dict[SafeStr, SafeStr] = Field(default_factory=dict, max_length=32)
+class ToolchainIn(ToolchainReport):
+    """A complete toolchain (imported records): compiler and template version required."""
+
+    @field_validator("compiler", "template_version")
+    @classmethod
+    def _required_text(cls, value: str) -> str:
+        if not value:
+            raise ValueError("must not be empty")
+        return value
 
 
 class ResultsIn(RequestModel):
@@ -182,14 +155,14 @@ class ResultsIn(RequestModel):
         default_factory=list, max_length=MAX_MEASUREMENTS_PER_UPLOAD
     )
     final: bool = False
-    error: SafeStr | None = Field(default=None, max_length=_MAX_LOG_CHARS)
+    error: SafeStr | None = Field(default=None, max_length=MAX_LOG_CHARS)
 
     @model_validator(mode="after")
     def _complete_keys(self) -> ResultsIn:
         if not self.measurements:
             return self
         device, toolchain = self.device, self.toolchain
-        if device is None or not device.name or not device.arch or device.sm_count < 1:
+        if device is None or not device.is_complete():
             raise ValueError("device needs backend, name, arch and sm_count >= 1 with measurements")
         if toolchain is None or not toolchain.compiler or not toolchain.template_version:
             raise ValueError("toolchain needs compiler and template_version with measurements")

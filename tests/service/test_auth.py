@@ -9,10 +9,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from service.app import create_app
-from service.auth import create_token, has_scope
-from service.models import ApiToken
+from service.api.app import create_app
 from service.settings import Settings
+from service.store.models import ApiToken
+from service.store.tokens import create_token, has_scope
 
 WORKER_BODY = {
     "name": "w",

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from service.auth import authenticate
 from service.cli import main
-from service.cli_serve import ensure_admin_token
-from service.db import make_engine, make_sessionmaker
+from service.cli.serve import ensure_admin_token
 from service.settings import Settings
+from service.store.db import make_engine, make_sessionmaker
+from service.store.tokens import authenticate
 
 DOWN = "http://127.0.0.1:1"  # nothing listens on port 1
 

@@ -13,12 +13,15 @@ from typing import Any
 import pytest
 import uvicorn
 
-from service.app import create_app
+from service.agent import WorkerAgent
+from service.api.app import create_app
 from service.cli import main
-from service.cli_serve import create_token_in_db, ensure_admin_token
+from service.cli.serve import create_token_in_db, ensure_admin_token
 from service.client import TunehubClient
+from service.schemas.configs import ConfigQuery
+from service.schemas.jobs import JobCreate, JobOut
+from service.schemas.worker import HeartbeatIn, HeartbeatOut
 from service.settings import Settings
-from service.worker import WorkerAgent
 from tuner.types import EngineConfig
 
 PROBLEM = {"m": 64, "k": 4096, "kind": "sum"}
@@ -69,6 +72,10 @@ def engine_config(cache: Path) -> EngineConfig:
                         warmup_seconds=0.01)
 
 
+def submit(user: TunehubClient, **job: Any) -> JobOut:
+    return user.submit_job(JobCreate.model_validate({"device": {"backend": "cpu"}, **job}))
+
+
 class ProgressWatchingClient(TunehubClient):
     """The worker's client; after each heartbeat it reads the job's progress as a user would."""
 
@@ -78,21 +85,21 @@ class ProgressWatchingClient(TunehubClient):
         self.job_id = job_id
         self.seen: list[int] = []
 
-    def heartbeat(self, lease_id: Any, done: int, total: int) -> dict[str, Any]:
-        reply = super().heartbeat(lease_id, done, total)
+    def heartbeat(self, lease_id: str, progress: HeartbeatIn) -> HeartbeatOut:
+        reply = super().heartbeat(lease_id, progress)
         job = self.watcher.get_job(self.job_id)
-        self.seen.append(job["progress"]["candidates_done"])
+        self.seen.append(job.progress.candidates_done)
         return reply
 
 
 def test_cpu_reduce_job_end_to_end(live_server: LiveServer, compile_cache: Path) -> None:
     user = TunehubClient(live_server.url, live_server.admin_token)
-    job = user.submit_job(op="reduce", dtype="f32", problems=[PROBLEM],
-                          device={"backend": "cpu"}, max_variants=MAX_VARIANTS)
-    assert job["status"] == "queued"
+    job = submit(user, op="reduce", dtype="f32", problems=[PROBLEM],
+                 device={"backend": "cpu"}, budget={"max_variants": MAX_VARIANTS})
+    assert job.status == "queued"
 
     worker_client = ProgressWatchingClient(live_server.url, live_server.worker_token, user,
-                                           job["id"])
+                                           job.id)
     agent = WorkerAgent(worker_client, engine_config(compile_cache), ("cpu",), name="e2e",
                         progress_interval_s=0.0, heartbeat_interval_s=60.0, upload_batch=2)
     assert agent.run_once() is True
@@ -100,28 +107,28 @@ def test_cpu_reduce_job_end_to_end(live_server: LiveServer, compile_cache: Path)
 
     # progress rose candidate by candidate, as the heartbeats reported it
     assert worker_client.seen == [*range(MAX_VARIANTS + 1), MAX_VARIANTS]
-    job = user.get_job(job["id"])
-    assert job["status"] == "done"
-    assert job["progress"]["candidates_done"] == job["progress"]["candidates_total"] == MAX_VARIANTS
-    assert job["progress"]["tasks_done"] == job["progress"]["tasks_total"] == 1
-    winner = job["problems"][0]["winner"]
+    job = user.get_job(job.id)
+    assert job.status == "done"
+    assert job.progress.candidates_done == job.progress.candidates_total == MAX_VARIANTS
+    assert job.progress.tasks_done == job.progress.tasks_total == 1
+    winner = job.problems[0].winner
     assert winner is not None
 
-    measurements = user.measurements(job_id=job["id"])
+    measurements = user.measurements(job_id=job.id)
     assert len(measurements) == MAX_VARIANTS
-    assert len({m["variant_name"] for m in measurements}) == MAX_VARIANTS
-    assert all(m["outcome"] for m in measurements)
-    verified = [m for m in measurements if m["outcome"] == "ok"]
-    assert verified, [(m["variant_name"], m["outcome"], m["log"][-200:]) for m in measurements]
-    assert winner["variant_name"] in {m["variant_name"] for m in verified}
-    fastest = min(m["median_us"] for m in verified)
-    assert winner["median_us"] <= fastest * 1.05  # the engine's tie band may pick a near-tie
+    assert len({m.variant_name for m in measurements}) == MAX_VARIANTS
+    assert all(m.outcome for m in measurements)
+    verified = [m for m in measurements if m.outcome == "ok"]
+    assert verified, [(m.variant_name, m.outcome, m.log[-200:]) for m in measurements]
+    assert winner.variant_name in {m.variant_name for m in verified}
+    fastest = min(m.median_us for m in verified)
+    assert winner.median_us <= fastest * 1.05  # the engine's tie band may pick a near-tie
 
-    best = user.best_config(op="reduce", dtype="f32", dims=PROBLEM, backend="cpu")
-    assert best["exact"] is True
-    assert best["variant_name"] == winner["variant_name"]
-    assert best["device"]["backend"] == "cpu"
-    assert best["median_us"] == pytest.approx(winner["median_us"])
+    best = user.best_config(ConfigQuery(op="reduce", dtype="f32", problem=PROBLEM, backend="cpu"))
+    assert best.exact is True
+    assert best.variant_name == winner.variant_name
+    assert best.device.backend == "cpu"
+    assert best.median_us == pytest.approx(winner.median_us)
 
 
 def test_cli_tune_then_best_with_a_worker_running(
@@ -170,18 +177,18 @@ def test_cli_against_a_live_server_without_tuning(
     assert out.startswith("not tuned yet")
 
     user = TunehubClient(live_server.url, live_server.admin_token)
-    job = user.submit_job(op="softmax", dtype="f32", problems=[{"m": 8, "k": 64}])
+    job = submit(user, op="softmax", dtype="f32", problems=[{"m": 8, "k": 64}])
     with pytest.raises(SystemExit) as listed:
         main(["jobs", *server])
     out = capsys.readouterr().out
     assert listed.value.code == 0
-    assert job["id"] in out and "queued" in out
+    assert job.id in out and "queued" in out
 
     with pytest.raises(SystemExit) as cancelled:
-        main(["jobs", "cancel", job["id"], *server])
+        main(["jobs", "cancel", job.id, *server])
     assert cancelled.value.code == 0
     assert "cancelled" in capsys.readouterr().out
-    assert user.get_job(job["id"])["status"] == "cancelled"
+    assert user.get_job(job.id).status == "cancelled"
 
     # a worker token may not submit: the refusal is one line, exit 2
     with pytest.raises(SystemExit) as refused:
@@ -205,16 +212,16 @@ def test_every_cpu_op_tunes_through_the_api(
     live_server: LiveServer, compile_cache: Path, op: str, dtype: str, problem: dict[str, int]
 ) -> None:
     user = TunehubClient(live_server.url, live_server.admin_token)
-    job = user.submit_job(op=op, dtype=dtype, problems=[problem], device={"backend": "cpu"},
-                          max_variants=2)
+    job = submit(user, op=op, dtype=dtype, problems=[problem], device={"backend": "cpu"},
+                 budget={"max_variants": 2})
     agent = WorkerAgent(TunehubClient(live_server.url, live_server.worker_token),
                         engine_config(compile_cache), ("cpu",), name=f"e2e-{op}")
     assert agent.run_once() is True
-    job = user.get_job(job["id"])
-    assert job["status"] == "done", job
-    winner = job["problems"][0]["winner"]
-    assert winner is not None and winner["variant_name"].startswith(f"{op}_{dtype}_")
-    measurements = user.measurements(job_id=job["id"])
-    assert len(measurements) == 2 and any(m["outcome"] == "ok" for m in measurements)
-    best = user.best_config(op=op, dtype=dtype, dims=problem, backend="cpu")
-    assert best["exact"] is True and best["variant_name"] == winner["variant_name"]
+    job = user.get_job(job.id)
+    assert job.status == "done", job
+    winner = job.problems[0].winner
+    assert winner is not None and winner.variant_name.startswith(f"{op}_{dtype}_")
+    measurements = user.measurements(job_id=job.id)
+    assert len(measurements) == 2 and any(m.outcome == "ok" for m in measurements)
+    best = user.best_config(ConfigQuery(op=op, dtype=dtype, problem=problem, backend="cpu"))
+    assert best.exact is True and best.variant_name == winner.variant_name

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from service.models import Job, Task
+from service.store.models import Job, Task
 
 
 def _counts(app_client: Any) -> tuple[int, int]:

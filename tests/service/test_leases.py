@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import update
 
-from service.models import Task, utcnow
+from service.store.models import Task, utcnow
 
 
 def _expire_leases(app_client: Any) -> None:
@@ -167,8 +167,8 @@ def test_concurrent_claims_never_share_a_task(api: Any) -> None:
     """Claims from several threads at once, each in its own session and transaction."""
     import threading
 
-    from service.models import Worker
-    from service.queue import claim_task
+    from service.store.models import Worker
+    from service.store.queue import claim_task
 
     api.submit(problems=[{"m": 8 * (i + 1), "k": 64} for i in range(12)])
     worker_ids = [api.register(name=f"t{i}") for i in range(4)]

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect
 
-from service.app import create_app
-from service.db import current_revision, downgrade, head_revision, make_engine, upgrade
+from service.api.app import create_app
 from service.errors import DatabaseNotMigrated
 from service.settings import Settings
+from service.store.db import current_revision, downgrade, head_revision, make_engine, upgrade
 
 TABLES = {
     "devices",

@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from service.models import BestConfig, Measurement
+from service.store.models import BestConfig, Measurement
 
 
 def _best_median(api: Any, **query: Any) -> float:

@@ -9,12 +9,25 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from service.agent import WorkerAgent
+from service.agent.wire import measurement_in, request_from_task
 from service.client import ConnectionFailed, LeaseLost
-from service.worker import WorkerAgent, measurement_to_dict, request_from_task
+from service.schemas.worker import (
+    HeartbeatIn,
+    HeartbeatOut,
+    LeaseOut,
+    LeaseRequest,
+    LeaseTask,
+    ResultsIn,
+    ResultsOut,
+    WorkerOut,
+    WorkerRegister,
+)
 from tuner.backends.base import Backend
 from tuner.errors import DeviceError
 from tuner.problems import ReduceProblem
@@ -31,6 +44,7 @@ from tuner.types import (
 )
 
 DEVICE = DeviceInfo(backend="cpu", name="Fake CPU", arch="x86_64-fake", sm_count=4)
+LATER = datetime(2100, 1, 1, tzinfo=UTC)
 
 
 def reduce_task(m: int = 64, k: int = 256, **overrides: Any) -> dict[str, Any]:
@@ -89,7 +103,8 @@ class FakeBackend(Backend):
 
 
 class ScriptedClient:
-    """Plays the server: hands out the scripted leases and records every call."""
+    """Plays the server: hands out the scripted leases and records every call (as the JSON
+    the real client would send)."""
 
     def __init__(self, leases: Sequence[dict[str, Any] | None] = (),
                  cancel_from_beat: int | None = None, lose_from_beat: int | None = None,
@@ -103,28 +118,30 @@ class ScriptedClient:
         self.heartbeats: list[tuple[Any, int, int]] = []
         self.lock = threading.Lock()
 
-    def register_worker(self, name: str, devices: Sequence[dict[str, Any]]) -> str:
-        self.registered.append((name, list(devices)))
-        return "w1"
+    def register_worker(self, worker: WorkerRegister) -> WorkerOut:
+        sent = worker.model_dump(mode="json")
+        self.registered.append((sent["name"], sent["devices"]))
+        return WorkerOut(id="w1", name=worker.name, devices=[])
 
-    def lease(self, worker_id: Any, backends: Sequence[str]) -> dict[str, Any] | None:
-        assert worker_id == "w1" and list(backends) == ["cpu"]
-        return self.leases.pop(0) if self.leases else None
+    def lease(self, request: LeaseRequest) -> LeaseOut | None:
+        assert request.worker_id == "w1" and list(request.backends) == ["cpu"]
+        return LeaseOut.model_validate(self.leases.pop(0)) if self.leases else None
 
-    def heartbeat(self, lease_id: Any, done: int, total: int) -> dict[str, Any]:
+    def heartbeat(self, lease_id: str, progress: HeartbeatIn) -> HeartbeatOut:
+        done, total = progress.done, progress.total
         with self.lock:
             self.heartbeats.append((lease_id, done, total))
             beat = len(self.heartbeats)
         if self.lose_from_beat is not None and beat >= self.lose_from_beat:
             raise LeaseLost(409, "lease expired", "POST", f"/v1/leases/{lease_id}/heartbeat")
         cancelled = self.cancel_from_beat is not None and beat >= self.cancel_from_beat
-        return {"expires_at": "later", "cancelled": cancelled}
+        return HeartbeatOut(expires_at=LATER, cancelled=cancelled)
 
-    def upload_results(self, lease_id: Any, **body: Any) -> dict[str, Any]:
+    def upload_results(self, lease_id: str, results: ResultsIn) -> ResultsOut:
         if self.lose_on_upload:
             raise LeaseLost(409, "lease expired", "POST", f"/v1/leases/{lease_id}/results")
-        self.uploads.append({"lease_id": lease_id, **body})
-        return {"stored": len(body["measurements"])}
+        self.uploads.append({"lease_id": lease_id, **results.model_dump(mode="json")})
+        return ResultsOut(stored=len(results.measurements))
 
 
 def make_agent(client: ScriptedClient, backend: FakeBackend | None = None,
@@ -137,7 +154,7 @@ def make_agent(client: ScriptedClient, backend: FakeBackend | None = None,
 
 
 def lease(lease_id: str = "L1", **task: Any) -> dict[str, Any]:
-    return {"lease_id": lease_id, "expires_at": "later", "task": reduce_task(**task)}
+    return {"lease_id": lease_id, "expires_at": LATER, "task": reduce_task(**task)}
 
 
 def test_no_work_returns_false_and_registers_the_device() -> None:
@@ -253,7 +270,7 @@ def test_run_forever_retries_an_unreachable_server_and_stops_on_the_event() -> N
     class DownClient(ScriptedClient):
         calls = 0
 
-        def register_worker(self, name: str, devices: Sequence[dict[str, Any]]) -> str:
+        def register_worker(self, worker: WorkerRegister) -> WorkerOut:
             DownClient.calls += 1
             if DownClient.calls >= 3:
                 stop.set()
@@ -281,28 +298,28 @@ def test_unusable_backend_is_skipped_when_another_works() -> None:
     assert [d["backend"] for d in client.registered[0][1]] == ["cpu"]
 
 
-def test_request_from_task_defaults_and_wrapped_dims() -> None:
-    task = reduce_task(layout=None, problem={"dims": {"m": 8, "k": 16, "kind": "max"}},
-                       budget={}, strategy=None)
+def test_request_from_task_maps_every_field_of_the_lease() -> None:
+    task = LeaseTask.model_validate(reduce_task(problem={"m": 8, "k": 16, "kind": "max"},
+                                                budget={}, strategy="random", seed=7))
     request = request_from_task(task)
     assert request.layout == "row"
     assert request.problem == ReduceProblem(m=8, k=16, kind="max")
-    assert request.strategy == "exhaustive"
+    assert request.strategy == "random" and request.seed == 7
     assert request.budget.max_variants is None
 
 
-def test_measurement_to_dict_drops_non_finite_values() -> None:
+def test_measurement_in_drops_non_finite_values() -> None:
     result = BenchResult("v", "name", {"x": 1}, Outcome.RUNTIME_ERROR, None,
                          throughput=math.nan, provenance={"temp": math.inf, "ok": 1.5})
-    record = measurement_to_dict(result)
+    record = measurement_in(result).model_dump(mode="json")
     assert record["throughput"] is None
     assert record["provenance"] == {"temp": None, "ok": 1.5}
     assert record["median_us"] is None and record["outcome"] == "runtime_error"
 
 
 @pytest.mark.parametrize("outcome", [Outcome.OK, Outcome.ABORTED_SLOW])
-def test_measurement_to_dict_keeps_timings(outcome: Outcome) -> None:
+def test_measurement_in_keeps_timings(outcome: Outcome) -> None:
     result = BenchResult("v", "name", {}, outcome, Timing(2.0, 1.5, 2.5, 1.0, 7))
-    record = measurement_to_dict(result)
+    record = measurement_in(result).model_dump(mode="json")
     assert (record["median_us"], record["p20_us"], record["reps"]) == (2.0, 1.5, 7)
     assert record["outcome"] == outcome.value

@@ -6,20 +6,21 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response, status
 
-from service.deps import SessionDep, SettingsDep, require_scope
+from service.api.deps import SessionDep, SettingsDep, require_scope
 from service.errors import NotFound
-from service.models import Worker
-from service.queue import claim_task, heartbeat
-from service.results import store_results
 from service.schemas.worker import (
     HeartbeatIn,
     HeartbeatOut,
     LeaseOut,
     LeaseRequest,
+    LeaseTask,
     ResultsIn,
     ResultsOut,
 )
-from service.validation import usable_id
+from service.store.models import Worker
+from service.store.queue import claim_task, heartbeat
+from service.store.results import store_results
+from service.store.validation import usable_id
 
 __all__ = ["router"]
 
@@ -35,7 +36,7 @@ router = APIRouter(
 )
 def lease_task(
     body: LeaseRequest, session: SessionDep, settings: SettingsDep
-) -> dict[str, Any] | Response:
+) -> LeaseOut | Response:
     worker = session.get(Worker, body.worker_id) if usable_id(body.worker_id) else None
     if worker is None:
         raise NotFound(f"worker {body.worker_id!r} not found; register with POST /v1/workers")
@@ -45,23 +46,26 @@ def lease_task(
         return Response(status_code=status.HTTP_204_NO_CONTENT)
     lease, task, job = claimed
     session.commit()
-    return {
-        "lease_id": lease.id,
-        "expires_at": task.lease_expires_at,
-        "task": {
-            "task_id": task.id,
-            "job_id": job.id,
-            "op": job.op,
-            "dtype": job.dtype,
-            "layout": job.layout,
-            "problem": task.problem,
-            "device": job.device,
-            "strategy": job.strategy,
-            "budget": job.budget,
-            "objective": job.objective,
-            "seed": job.seed,
-        },
-    }
+    assert task.lease_expires_at is not None  # claim_task sets it with the owner
+    return LeaseOut(
+        lease_id=lease.id,
+        expires_at=task.lease_expires_at,
+        task=LeaseTask.model_validate(
+            {
+                "task_id": task.id,
+                "job_id": job.id,
+                "op": job.op,
+                "dtype": job.dtype,
+                "layout": job.layout,
+                "problem": task.problem,
+                "device": job.device,
+                "strategy": job.strategy,
+                "budget": job.budget,
+                "objective": job.objective,
+                "seed": job.seed,
+            }
+        ),
+    )
 
 
 @router.post(
@@ -71,12 +75,12 @@ def lease_task(
 )
 def lease_heartbeat(
     lease_id: str, body: HeartbeatIn, session: SessionDep, settings: SettingsDep
-) -> dict[str, Any]:
+) -> HeartbeatOut:
     expires_at, cancelled = heartbeat(
         session, lease_id, body.done, body.total, settings.lease_seconds
     )
     session.commit()
-    return {"expires_at": expires_at, "cancelled": cancelled}
+    return HeartbeatOut(expires_at=expires_at, cancelled=cancelled)
 
 
 @router.post(

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import ApiToken
+from service.store.models import ApiToken
 
 __all__ = [
     "SCOPES",

@@ -15,9 +15,9 @@ from sqlalchemy import exists, select, update
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict, NotFound
-from service.keys import selector_matches
-from service.models import (
-    FINISHED_TASK_STATUSES,
+from service.schemas.common import FINISHED_STATUSES
+from service.store.keys import selector_matches
+from service.store.models import (
     Device,
     Job,
     Lease,
@@ -53,7 +53,7 @@ def refresh_job_status(session: Session, job: Job) -> None:
     if job.status == "cancelled":
         return
     statuses = list(session.scalars(select(Task.status).where(Task.job_id == job.id)))
-    if statuses and all(status in FINISHED_TASK_STATUSES for status in statuses):
+    if statuses and all(status in FINISHED_STATUSES for status in statuses):
         if "done" in statuses:
             job.status = "done"
         else:
@@ -239,7 +239,7 @@ def heartbeat(
 
 def cancel_job(session: Session, job: Job) -> None:
     """Cancel the job and its unfinished tasks; running leases learn it at their next heartbeat."""
-    if job.status in ("done", "failed", "cancelled"):
+    if job.status in FINISHED_STATUSES:
         return
     job.status = "cancelled"
     session.execute(

@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, status
 from sqlalchemy import select
 
-from service.deps import SessionDep, require_read, require_scope
+from service.api.deps import SessionDep, require_read, require_scope
 from service.errors import NotFound
-from service.models import Job, Task
-from service.queue import cancel_job
+from service.schemas.common import JobStatus, Op
 from service.schemas.jobs import JobCreate, JobList, JobOut
-from service.validation import parse_problem, usable_id
-from service.views import job_dict
+from service.store.models import Job, Task
+from service.store.queue import cancel_job
+from service.store.validation import parse_problem, usable_id
+from service.store.views import job_dict
 
 __all__ = ["router"]
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-
-JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
-OpName = Literal["gemm", "conv2d", "reduce", "softmax"]
 
 
 @router.post(
@@ -67,7 +65,7 @@ def submit_job(body: JobCreate, session: SessionDep) -> dict[str, Any]:
 def list_jobs(
     session: SessionDep,
     status: JobStatus | None = None,
-    op: OpName | None = None,
+    op: Op | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     query = select(Job).order_by(Job.created_at.desc(), Job.id).limit(limit)

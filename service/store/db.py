@@ -1,9 +1,9 @@
 """Engines, sessions and migrations.
 
-    engine = make_engine(url)           SQLite gets foreign keys on and a busy timeout
-    upgrade(url) / downgrade(url, rev)  what ``tunehub db upgrade`` runs (Alembic)
-    current_revision(url)               None on an empty database
-    check_revision(engine)              raises DatabaseNotMigrated unless at head
+engine = make_engine(url)           SQLite gets foreign keys on and a busy timeout
+upgrade(url) / downgrade(url, rev)  what ``tunehub db upgrade`` runs (Alembic)
+current_revision(url)               None on an empty database
+check_revision(engine)              raises DatabaseNotMigrated unless at head
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_ROOT = Path(__file__).resolve().parent.parent
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_engine(url: str) -> Engine:

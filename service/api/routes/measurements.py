@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy import select
 
-from service.deps import SessionDep, require_read
+from service.api.deps import SessionDep, require_read
 from service.errors import InvalidInput
-from service.lookup import find_devices
-from service.models import Device, Measurement, Toolchain, Variant
+from service.schemas.common import Backend, DType, Op
 from service.schemas.configs import MeasurementList
 from service.schemas.worker import Outcome
-from service.validation import check_layout, parse_problem, query_dims, usable_id
-from service.views import measurement_dict
+from service.store.lookup import find_devices
+from service.store.models import Device, Measurement, Toolchain, Variant
+from service.store.validation import check_layout, parse_problem, query_dims, usable_id
+from service.store.views import measurement_dict
 
 __all__ = ["router"]
 
@@ -28,11 +29,11 @@ def list_measurements(
     request: Request,
     session: SessionDep,
     job_id: Annotated[str | None, Query(max_length=64)] = None,
-    op: Literal["gemm", "conv2d", "reduce", "softmax"] | None = None,
-    dtype: Literal["f16", "bf16", "f32"] | None = None,
+    op: Op | None = None,
+    dtype: DType | None = None,
     layout: str | None = None,
     device: str | None = None,
-    backend: Literal["cpu", "cuda"] | None = None,
+    backend: Backend | None = None,
     outcome: Outcome | None = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
 ) -> dict[str, Any]:

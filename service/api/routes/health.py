@@ -11,9 +11,10 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.deps import SessionDep
-from service.models import JOB_STATUSES, BestConfig, Job, Measurement, Task
-from service.views import count_by
+from service.api.deps import SessionDep
+from service.schemas.common import JOB_STATUSES, HealthOut
+from service.store.models import BestConfig, Job, Measurement, Task
+from service.store.views import count_by
 
 __all__ = ["router"]
 
@@ -21,7 +22,11 @@ log = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
+@router.get(
+    "/healthz",
+    response_model=HealthOut,
+    responses={503: {"model": HealthOut, "description": "the database does not answer"}},
+)
 def healthz(session: SessionDep) -> Response:
     """``{status, database, revision}``; 503 when the database does not answer."""
     try:

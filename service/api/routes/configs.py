@@ -2,30 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from service.deps import SessionDep, require_read, require_scope
-from service.errors import ApiError, InvalidInput
-from service.lookup import find_best
+from service.api.deps import SessionDep, require_read, require_scope
+from service.errors import InvalidInput, RequestError
+from service.schemas.common import Backend, DType, Op
 from service.schemas.configs import (
     BestConfigOut,
     ConfigQueryBatch,
     ConfigQueryResults,
     ImportSummary,
 )
-from service.transfer import export_lines, import_lines
-from service.validation import check_layout, parse_problem, query_dims
+from service.store.lookup import find_best
+from service.store.transfer import export_lines, import_lines
+from service.store.validation import check_layout, parse_problem, query_dims
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["configs"])
 
-OpName = Literal["gemm", "conv2d", "reduce", "softmax"]
-DTypeName = Literal["f16", "bf16", "f32"]
 _KNOWN_QUERY = {"op", "dtype", "layout", "device", "backend", "toolchain"}
 MAX_IMPORT_BYTES = 64 * 1024 * 1024
 
@@ -39,11 +38,11 @@ MAX_IMPORT_BYTES = 64 * 1024 * 1024
 def best_config(
     request: Request,
     session: SessionDep,
-    op: OpName,
-    dtype: DTypeName,
+    op: Op,
+    dtype: DType,
     layout: str | None = None,
     device: str | None = None,
-    backend: Literal["cpu", "cuda"] | None = None,
+    backend: Backend | None = None,
     toolchain: str | None = None,
 ) -> dict[str, Any]:
     """The winner for a problem given as query dims (``m=&n=&k=``, ``kind=`` for reduce).
@@ -89,7 +88,7 @@ def query_configs(body: ConfigQueryBatch, session: SessionDep) -> dict[str, Any]
             results.append(
                 {"result": None, "error": f"{'.'.join(map(str, exc.loc))}: {exc.detail}"}
             )
-        except ApiError as exc:
+        except RequestError as exc:
             results.append({"result": None, "error": exc.detail})
     return {"results": results}
 

@@ -6,11 +6,11 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, status
 
-from service.deps import SessionDep, require_scope
-from service.keys import device_row
-from service.models import Device, Worker, WorkerDevice
+from service.api.deps import SessionDep, require_scope
 from service.schemas.worker import WorkerOut, WorkerRegister
-from service.views import device_dict
+from service.store.keys import device_row
+from service.store.models import Device, Worker, WorkerDevice
+from service.store.views import device_dict
 
 __all__ = ["router"]
 

@@ -7,10 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, status
 from sqlalchemy import select
 
-from service.auth import create_token, hash_token
-from service.deps import SessionDep, require_scope
-from service.models import ApiToken
+from service.api.deps import SessionDep, require_scope
 from service.schemas.configs import TokenCreate, TokenOut
+from service.store.models import ApiToken
+from service.store.tokens import create_token, hash_token
 
 __all__ = ["router"]
 

@@ -7,7 +7,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.models import Device, Job, Measurement, Task, Toolchain, Variant
+from service.schemas.common import FINISHED_STATUSES
+from service.store.models import Device, Job, Measurement, Task, Toolchain, Variant
 
 __all__ = [
     "device_dict",
@@ -87,7 +88,7 @@ def measurement_dict(
 def job_dict(session: Session, job: Job, *, with_problems: bool) -> dict[str, Any]:
     """The job with its progress; per-problem status and winner when ``with_problems``."""
     tasks = list(session.scalars(select(Task).where(Task.job_id == job.id).order_by(Task.position)))
-    finished = sum(task.status in ("done", "failed", "cancelled") for task in tasks)
+    finished = sum(task.status in FINISHED_STATUSES for task in tasks)
     body: dict[str, Any] = {
         "id": job.id,
         "status": job.status,

@@ -18,35 +18,35 @@ takes the next one; a lost lease abandons the task without a final upload.
 from __future__ import annotations
 
 import logging
-import math
 import platform
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from service.agent.wire import device_in, measurement_in, request_from_task, toolchain_report
 from service.client import ClientError, ConnectionFailed, LeaseLost, TunehubClient
+from service.schemas.common import MAX_LOG_CHARS, DeviceReport
+from service.schemas.worker import (
+    HeartbeatIn,
+    LeaseOut,
+    LeaseRequest,
+    MeasurementIn,
+    ResultsIn,
+    ToolchainReport,
+    WorkerRegister,
+)
 from tuner.backends.base import Backend
 from tuner.engine import tune
 from tuner.errors import ToolchainError, TunerError
-from tuner.problems import LAYOUTS, problem_from_dict
 from tuner.registry import load_backend_class, load_space
-from tuner.types import BenchResult, Budget, DeviceInfo, EngineConfig, Toolchain, TuneRequest
+from tuner.types import BenchResult, DeviceInfo, EngineConfig
 
-__all__ = [
-    "WorkerAgent",
-    "request_from_task",
-    "device_to_dict",
-    "toolchain_to_dict",
-    "measurement_to_dict",
-]
+__all__ = ["WorkerAgent"]
 
 log = logging.getLogger(__name__)
 
-#: the API keeps logs and error texts up to this many characters
-_MAX_LOG_CHARS = 16_000
 #: stands in for a compiler or template version nobody could read (the API needs text)
 _UNKNOWN = "unknown"
 
@@ -57,103 +57,16 @@ def _default_backend_factory(name: str, config: EngineConfig) -> Backend:
     return load_backend_class(name)(config)
 
 
-def device_to_dict(device: DeviceInfo) -> dict[str, Any]:
-    return {
-        "backend": device.backend,
-        "name": device.name,
-        "arch": device.arch,
-        "sm_count": device.sm_count,
-        "driver": device.driver,
-        "runtime": device.runtime,
-        "memory_bytes": device.memory_bytes,
-    }
-
-
-def toolchain_to_dict(toolchain: Toolchain) -> dict[str, Any]:
-    return {
-        "compiler": toolchain.compiler,
-        "template_version": toolchain.template_version,
-        "libraries": dict(toolchain.libraries),
-    }
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no NaN or infinity (the API refuses them): turn them into None, deeply."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
-def _positive(value: float | None) -> float | None:
-    """Times must be > 0 for the API; a 0 from a coarse clock becomes None."""
-    value = _finite(value)
-    return value if value is None or value > 0 else None
-
-
-def measurement_to_dict(result: BenchResult) -> dict[str, Any]:
-    timing = result.timing
-    median = _positive(timing.median_us) if timing else None
-    outcome = result.outcome.value
-    if outcome == "ok" and median is None:  # cannot happen with a sane backend; keep it data
-        outcome = "runtime_error"
-    return {
-        "variant_id": result.variant_id,
-        "variant_name": result.variant_name,
-        "params": _finite(dict(result.params)),
-        "outcome": outcome,
-        "median_us": median,
-        "p20_us": _positive(timing.p20_us) if timing else None,
-        "p80_us": _positive(timing.p80_us) if timing else None,
-        "min_us": _positive(timing.min_us) if timing else None,
-        "reps": timing.reps if timing else None,
-        "throughput": _finite(result.throughput),
-        "throughput_unit": result.throughput_unit,
-        "compile_seconds": _finite(result.compile_seconds),
-        "log": result.log[-_MAX_LOG_CHARS:],
-        "provenance": _finite(dict(result.provenance)),
-        "suspect": bool(result.suspect),
-    }
-
-
-def request_from_task(task: Mapping[str, Any]) -> TuneRequest:
-    """The engine's request for a leased task; bad fields raise InvalidRequestError."""
-    op = str(task["op"])
-    problem_fields = dict(task.get("problem") or {})
-    # the problem may come as its dims or wrapped as {"dims": {...}}
-    if isinstance(problem_fields.get("dims"), dict):
-        problem_fields = dict(problem_fields["dims"])
-    problem = problem_from_dict(op, problem_fields)
-    budget = task.get("budget") or {}
-    device = task.get("device") or {}
-    return TuneRequest(
-        op=op,
-        dtype=str(task["dtype"]),
-        layout=str(task.get("layout") or LAYOUTS.get(op, ("",))[0]),
-        problem=problem,
-        backend=str(device.get("backend", "cpu")),
-        strategy=str(task.get("strategy") or "exhaustive"),
-        budget=Budget(
-            max_variants=budget.get("max_variants"), max_seconds=budget.get("max_seconds")
-        ),
-        objective=str(task.get("objective") or "time"),
-        seed=int(task.get("seed") or 0),
-    )
-
-
 @dataclass
 class _TaskState:
     """What the heartbeat thread and the engine's observer share for one leased task."""
 
-    lease_id: Any
+    lease_id: str
     done: int = 0
     total: int = 0
     cancelled: bool = False
     lost: bool = False
-    pending: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[MeasurementIn] = field(default_factory=list)
     #: when the last heartbeat was sent (the lease was granted just now)
     last_beat: float = field(default_factory=time.monotonic)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -165,8 +78,13 @@ class _TaskState:
 class _UploadingObserver:
     """Engine observer: counts progress and uploads measurements in batches."""
 
-    def __init__(self, agent: WorkerAgent, state: _TaskState, device: dict[str, Any],
-                 toolchain: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        agent: WorkerAgent,
+        state: _TaskState,
+        device: DeviceReport,
+        toolchain: ToolchainReport,
+    ) -> None:
         self.agent = agent
         self.state = state
         self.device = device
@@ -182,9 +100,11 @@ class _UploadingObserver:
         now = time.monotonic()
         with self.state.lock:
             self.state.done, self.state.total = done, total
-            self.state.pending.append(measurement_to_dict(result))
-            upload_due = (len(self.state.pending) >= self.agent.upload_batch
-                          or now - self.last_upload >= self.agent.upload_interval_s)
+            self.state.pending.append(measurement_in(result))
+            upload_due = (
+                len(self.state.pending) >= self.agent.upload_batch
+                or now - self.last_upload >= self.agent.upload_interval_s
+            )
             beat_due = now - self.state.last_beat >= self.agent.progress_interval_s
         if beat_due:
             self.agent._heartbeat(self.state)
@@ -198,8 +118,14 @@ class _UploadingObserver:
             return
         try:
             self.agent.client.upload_results(
-                self.state.lease_id, device=self.device, toolchain=self.toolchain,
-                measurements=batch, final=final, error=error,
+                self.state.lease_id,
+                ResultsIn(
+                    device=self.device,
+                    toolchain=self.toolchain,
+                    measurements=batch,
+                    final=final,
+                    error=error,
+                ),
             )
         except LeaseLost:
             self.state.lost = True
@@ -236,7 +162,7 @@ class WorkerAgent:
         self._backend_factory = backend_factory
         self._backends: dict[str, Backend] = {}
         self._devices: dict[str, DeviceInfo] = {}
-        self.worker_id: Any = None
+        self.worker_id: str | None = None
         self.tasks_done = 0
 
     # -- setup ----------------------------------------------------------------------------
@@ -258,14 +184,19 @@ class WorkerAgent:
         if not self._backends:
             raise ToolchainError("no usable backend: " + "; ".join(failures))
 
-    def register(self) -> Any:
+    def register(self) -> str:
         """Open the backends, then POST /v1/workers with their devices; returns the id."""
         self._open_backends()
-        devices = [device_to_dict(d) for d in self._devices.values()]
-        self.worker_id = self.client.register_worker(self.name, devices)
-        log.info("worker %s registered as %s with %s", self.name, self.worker_id,
-                 ", ".join(d.key() for d in self._devices.values()))
-        return self.worker_id
+        devices = [device_in(d) for d in self._devices.values()]
+        registered = self.client.register_worker(WorkerRegister(name=self.name, devices=devices))
+        self.worker_id = registered.id
+        log.info(
+            "worker %s registered as %s with %s",
+            self.name,
+            self.worker_id,
+            ", ".join(d.key() for d in self._devices.values()),
+        )
+        return registered.id
 
     def close(self) -> None:
         for backend in self._backends.values():
@@ -279,9 +210,11 @@ class WorkerAgent:
 
     def run_once(self) -> bool:
         """Lease one task and run it; False when the server had nothing for us."""
-        if self.worker_id is None:
-            self.register()
-        lease = self.client.lease(self.worker_id, list(self._backends))
+        worker_id = self.worker_id or self.register()
+        request = LeaseRequest.model_validate(
+            {"worker_id": worker_id, "backends": list(self._backends)}
+        )
+        lease = self.client.lease(request)
         if not lease:
             return False
         self._run_lease(lease)
@@ -319,71 +252,82 @@ class WorkerAgent:
 
     # -- one task -------------------------------------------------------------------------
 
-    def _run_lease(self, lease: Mapping[str, Any]) -> None:
-        lease_id = lease["lease_id"]
-        task = lease.get("task") or {}
+    def _run_lease(self, lease: LeaseOut) -> None:
+        lease_id, task = lease.lease_id, lease.task
         state = _TaskState(lease_id=lease_id)
-        log.info("lease %s: task %s of job %s (%s)", lease_id, task.get("task_id"),
-                 task.get("job_id"), task.get("op"))
+        log.info("lease %s: task %s of job %s (%s)", lease_id, task.task_id, task.job_id, task.op)
         stop_beating = threading.Event()
         beater = threading.Thread(
-            target=self._heartbeat_loop, args=(state, stop_beating),
-            name=f"heartbeat-{lease_id}", daemon=True,
+            target=self._heartbeat_loop,
+            args=(state, stop_beating),
+            name=f"heartbeat-{lease_id}",
+            daemon=True,
         )
         beater.start()
         observer: _UploadingObserver | None = None
         try:
-            backend_name = str((task.get("device") or {}).get("backend", "cpu"))
+            backend_name = task.device.backend
             backend = self._backends.get(backend_name)
             if backend is None:
                 raise TunerError(f"this worker has no {backend_name!r} backend")
-            device = device_to_dict(self._devices[backend_name])
+            device = device_in(self._devices[backend_name])
             observer = _UploadingObserver(self, state, device, self._fallback_toolchain(backend))
             request = request_from_task(task)
             space = load_space(request.op, backend.name)
-            observer.toolchain = toolchain_to_dict(backend.toolchain(space))
+            observer.toolchain = toolchain_report(backend.toolchain(space))
             result = tune(request, backend, self.engine_config, observer, state.should_stop)
-            observer.device = device_to_dict(result.device)
-            observer.toolchain = toolchain_to_dict(result.toolchain)
+            observer.device = device_in(result.device)
+            observer.toolchain = toolchain_report(result.toolchain)
             self._heartbeat(state)  # the last progress, so that bars end full
             if state.lost:
-                log.warning("lease %s lost; abandoning task %s", lease_id, task.get("task_id"))
+                log.warning("lease %s lost; abandoning task %s", lease_id, task.task_id)
                 return
             observer.flush(final=True)
             winner = result.winner.variant_name if result.winner else "none verified"
-            log.info("lease %s done: %d candidates, winner %s%s", lease_id, len(result.results),
-                     winner, " (cancelled)" if state.cancelled else "")
+            log.info(
+                "lease %s done: %d candidates, winner %s%s",
+                lease_id,
+                len(result.results),
+                winner,
+                " (cancelled)" if state.cancelled else "",
+            )
         except LeaseLost:
-            log.warning("lease %s lost (409); abandoning task %s", lease_id, task.get("task_id"))
+            log.warning("lease %s lost (409); abandoning task %s", lease_id, task.task_id)
         except ConnectionFailed:
             raise  # the server is gone: the lease will expire and the task be re-queued
         except Exception as exc:  # a tuner error or a bug fails this task, not the worker
             reason = str(exc) if isinstance(exc, TunerError) else f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, TunerError):
-                log.error("task %s crashed:\n%s", task.get("task_id"), traceback.format_exc())
+                log.error("task %s crashed:\n%s", task.task_id, traceback.format_exc())
             else:
-                log.warning("task %s failed: %s", task.get("task_id"), reason)
-            self._fail_task(state, observer, lease_id, task, reason)
+                log.warning("task %s failed: %s", task.task_id, reason)
+            self._fail_task(state, observer, reason)
         finally:
             stop_beating.set()
             beater.join(timeout=self.heartbeat_interval_s + 5.0)
 
-    def _fail_task(self, state: _TaskState, observer: _UploadingObserver | None, lease_id: Any,
-                   task: Mapping[str, Any], reason: str) -> None:
+    def _fail_task(
+        self,
+        state: _TaskState,
+        observer: _UploadingObserver | None,
+        reason: str,
+    ) -> None:
         if state.lost:
             return
-        reason = reason[-_MAX_LOG_CHARS:] or "task failed"
+        lease_id = state.lease_id
+        reason = reason[-MAX_LOG_CHARS:] or "task failed"
         try:
             if observer is not None:
                 observer.flush(final=True, error=reason)
             else:
                 # no backend for the task's device: report with any device this worker has
                 device = next(iter(self._devices.values()))
+                unknown = ToolchainReport(compiler=_UNKNOWN, template_version=_UNKNOWN)
                 self.client.upload_results(
-                    lease_id, device=device_to_dict(device),
-                    toolchain={"compiler": _UNKNOWN, "template_version": _UNKNOWN,
-                               "libraries": {}},
-                    measurements=[], final=True, error=reason,
+                    lease_id,
+                    ResultsIn(
+                        device=device_in(device), toolchain=unknown, final=True, error=reason
+                    ),
                 )
         except LeaseLost:
             log.warning("lease %s lost while reporting its failure", lease_id)
@@ -391,13 +335,13 @@ class WorkerAgent:
             log.error("could not report the failure of lease %s: %s", lease_id, exc)
 
     @staticmethod
-    def _fallback_toolchain(backend: Backend) -> dict[str, Any]:
+    def _fallback_toolchain(backend: Backend) -> ToolchainReport:
         """Toolchain text for a task that fails before the space's toolchain is known."""
         try:
             compiler = backend.compiler_identity() or _UNKNOWN
         except Exception:  # a missing compiler is reported by the failure itself
             compiler = _UNKNOWN
-        return {"compiler": compiler[:200], "template_version": _UNKNOWN, "libraries": {}}
+        return ToolchainReport(compiler=compiler[:200], template_version=_UNKNOWN)
 
     def _heartbeat(self, state: _TaskState) -> None:
         """Send progress, extend the lease, and read the job's cancelled flag."""
@@ -405,7 +349,7 @@ class WorkerAgent:
             done, total = state.done, state.total
             state.last_beat = time.monotonic()
         try:
-            reply = self.client.heartbeat(state.lease_id, done, total) or {}
+            reply = self.client.heartbeat(state.lease_id, HeartbeatIn(done=done, total=total))
         except LeaseLost:
             state.lost = True
             log.warning("lease %s lost on heartbeat", state.lease_id)
@@ -413,9 +357,10 @@ class WorkerAgent:
         except ClientError as exc:  # the next beat may get through before the lease expires
             log.warning("heartbeat of lease %s failed: %s", state.lease_id, exc)
             return
-        if reply.get("cancelled") and not state.cancelled:
-            log.info("lease %s: job cancelled; stopping after the current candidate",
-                     state.lease_id)
+        if reply.cancelled and not state.cancelled:
+            log.info(
+                "lease %s: job cancelled; stopping after the current candidate", state.lease_id
+            )
             state.cancelled = True
 
     def _heartbeat_loop(self, state: _TaskState, stop: threading.Event) -> None:

@@ -18,7 +18,7 @@ import typer
 from rich.logging import RichHandler
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.cli_common import (
+from service.cli.common import (
     MaxVariantsOpt,
     ServerOpt,
     TokenOpt,
@@ -30,8 +30,8 @@ from service.cli_common import (
     stderr,
     stdout,
 )
-from service.cli_ops import best_app, tune_app
-from service.cli_output import jobs_table
+from service.cli.ops import best_app, tune_app
+from service.cli.output import jobs_table
 from service.client import ClientError
 from service.errors import ServiceError
 from service.settings import get_settings
@@ -43,8 +43,11 @@ __all__ = ["app", "main"]
 log = logging.getLogger(__name__)
 
 app = typer.Typer(
-    name="tunehub", help="Kernel autotuning service with a persistent profile database.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    name="tunehub",
+    help="Kernel autotuning service with a persistent profile database.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
 )
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
 jobs_app = typer.Typer(help="List and cancel jobs.", invoke_without_command=True)
@@ -56,6 +59,7 @@ app.add_typer(jobs_app, name="jobs")
 app.add_typer(token_app, name="token")
 
 # -- jobs -----------------------------------------------------------------------------------
+
 
 @jobs_app.callback()
 def jobs_list(ctx: typer.Context, server: ServerOpt = None, token: TokenOpt = None) -> None:
@@ -75,21 +79,22 @@ def jobs_cancel(job_id: str, server: ServerOpt = None, token: TokenOpt = None) -
     """Cancel a queued or running job."""
     with make_client(server, token) as client:
         job = client.cancel_job(job_id)
-    status = (job or {}).get("status", "cancelled")
-    stdout.print(f"job {job_id}: {status}")
+    stdout.print(f"job {job_id}: {job.status}")
 
 
 # -- token, db ------------------------------------------------------------------------------
 
+
 @token_app.command("create")
 def token_create(
     name: Annotated[str, typer.Option(help="Who holds the token (a host, a person).")],
-    scope: Annotated[list[str], typer.Option(
-        help="read, submit, worker or admin; repeat for several.")],
+    scope: Annotated[
+        list[str], typer.Option(help="read, submit, worker or admin; repeat for several.")
+    ],
     url: Annotated[str | None, typer.Option(help="Database URL (default: settings).")] = None,
 ) -> None:
     """Create a token directly in the database and print it (shown once)."""
-    from service.cli_serve import create_token_in_db
+    from service.cli.serve import create_token_in_db
 
     print(create_token_in_db(url or get_settings().database_url, name, scope))
 
@@ -99,7 +104,7 @@ def db_upgrade(
     url: Annotated[str | None, typer.Option(help="Database URL (default: settings).")] = None,
 ) -> None:
     """Migrate the database to the newest schema."""
-    from service.db import current_revision, upgrade
+    from service.store.db import current_revision, upgrade
 
     target = url or get_settings().database_url
     upgrade(target)
@@ -111,7 +116,7 @@ def db_current(
     url: Annotated[str | None, typer.Option(help="Database URL (default: settings).")] = None,
 ) -> None:
     """Print the database's schema revision."""
-    from service.db import current_revision, head_revision
+    from service.store.db import current_revision, head_revision
 
     revision = current_revision(url or get_settings().database_url)
     head = head_revision()
@@ -121,54 +126,68 @@ def db_current(
 
 # -- serve, worker, demo --------------------------------------------------------------------
 
+
 @app.command("serve")
 def serve_command(
     host: Annotated[str | None, typer.Option(help="Bind address (default: settings).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default: settings).")] = None,
-    local_worker: Annotated[bool | None, typer.Option(
-        "--local-worker/--no-local-worker",
-        help="Run a worker in the service (default: on for SQLite).")] = None,
+    local_worker: Annotated[
+        bool | None,
+        typer.Option(
+            "--local-worker/--no-local-worker",
+            help="Run a worker in the service (default: on for SQLite).",
+        ),
+    ] = None,
     migrate: Annotated[bool, typer.Option(help="Migrate the database before starting.")] = False,
-    backend: Annotated[list[str] | None, typer.Option(
-        help="Backends of the local worker (repeat; default cpu).")] = None,
+    backend: Annotated[
+        list[str] | None, typer.Option(help="Backends of the local worker (repeat; default cpu).")
+    ] = None,
 ) -> None:
     """Run the API (uvicorn), with the local worker on the embedded default."""
-    from service.cli_serve import serve
+    from service.cli.serve import serve
 
     backends = tuple(backend or ["cpu"])
     for name in backends:
         check_choice("backend", name, list(BACKENDS))
-    serve(get_settings(), host=host, port=port, local_worker=local_worker, migrate=migrate,
-          backends=backends)
+    serve(
+        get_settings(),
+        host=host,
+        port=port,
+        local_worker=local_worker,
+        migrate=migrate,
+        backends=backends,
+    )
 
 
 @app.command("worker")
 def worker_command(
-    server: ServerOpt = None, token: TokenOpt = None,
-    backend: Annotated[list[str] | None, typer.Option(
-        help="Backends to serve (repeat; default cpu).")] = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    backend: Annotated[
+        list[str] | None, typer.Option(help="Backends to serve (repeat; default cpu).")
+    ] = None,
     name: Annotated[str | None, typer.Option(help="Worker name (default: host name).")] = None,
 ) -> None:
     """Lease tasks from a tunehub server and tune them on this host's devices."""
-    from service.cli_serve import run_remote_worker
+    from service.cli.serve import run_remote_worker
 
     backends = tuple(backend or ["cpu"])
     for backend_name in backends:
         check_choice("backend", backend_name, list(BACKENDS))
     if not resolve_token(token):
         raise UserError("a worker needs a token: --token or TUNEHUB_TOKEN")
-    run_remote_worker(get_settings(), resolve_server(server), resolve_token(token), backends,
-                      name)
+    run_remote_worker(get_settings(), resolve_server(server), resolve_token(token), backends, name)
 
 
 @app.command("demo")
 def demo_command(
     data_dir: Annotated[Path, typer.Option(help="Data dir of the demo server.")] = Path(
-        ".tunehub-demo"),
+        ".tunehub-demo"
+    ),
     max_variants: MaxVariantsOpt = None,
 ) -> None:
     """Start a server, tune a 4096x4096 f32 row sum on this CPU, then ask for the best config."""
-    from service.cli_serve import run_demo
+    from service.cli.serve import run_demo
 
     raise typer.Exit(run_demo(data_dir, stdout, max_variants=max_variants))
 
@@ -176,8 +195,12 @@ def demo_command(
 @app.callback()
 def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
     level = logging.DEBUG if verbose else logging.INFO
-    logging.basicConfig(level=level, handlers=[RichHandler(console=stderr, show_path=False)],
-                        format="%(message)s", force=True)
+    logging.basicConfig(
+        level=level,
+        handlers=[RichHandler(console=stderr, show_path=False)],
+        format="%(message)s",
+        force=True,
+    )
     if not verbose:
         for noisy in ("httpx", "httpcore", "alembic", "uvicorn.access"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -197,8 +220,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point; turns user errors into one line and exit status 2."""
     command = typer.main.get_command(app)
     try:
-        code = command.main(args=list(argv) if argv is not None else None, prog_name="tunehub",
-                            standalone_mode=False)
+        code = command.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="tunehub",
+            standalone_mode=False,
+        )
     except _CLICK_ERRORS as exc:
         message = getattr(exc, "format_message", exc.__str__)()
         if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group: its help is the answer

@@ -15,9 +15,24 @@ from tuner.problems import DTYPES
 from tuner.registry import BACKENDS, STRATEGIES
 
 __all__ = [
-    "ADMIN_TOKEN_FILE", "UserError", "stdout", "stderr", "resolve_server", "resolve_token",
-    "make_client", "check_choice", "ServerOpt", "TokenOpt", "DTypeOpt", "StrategyOpt",
-    "MaxVariantsOpt", "MaxSecondsOpt", "BackendOpt", "SeedOpt", "DeviceOpt", "DimOpt",
+    "ADMIN_TOKEN_FILE",
+    "UserError",
+    "stdout",
+    "stderr",
+    "resolve_server",
+    "resolve_token",
+    "make_client",
+    "check_choice",
+    "ServerOpt",
+    "TokenOpt",
+    "DTypeOpt",
+    "StrategyOpt",
+    "MaxVariantsOpt",
+    "MaxSecondsOpt",
+    "BackendOpt",
+    "SeedOpt",
+    "DeviceOpt",
+    "DimOpt",
 ]
 
 #: file in the data dir holding the admin token ``tunehub serve`` creates (mode 600)
@@ -33,18 +48,26 @@ class UserError(Exception):
 
 # -- shared options -----------------------------------------------------------------------
 
-ServerOpt = Annotated[str | None, typer.Option(
-    "--server", envvar="TUNEHUB_SERVER", help="API URL (default: from settings).")]
-TokenOpt = Annotated[str | None, typer.Option(
-    "--token", envvar="TUNEHUB_TOKEN", help="API token (default: <data_dir>/admin-token).")]
+ServerOpt = Annotated[
+    str | None,
+    typer.Option("--server", envvar="TUNEHUB_SERVER", help="API URL (default: from settings)."),
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token", envvar="TUNEHUB_TOKEN", help="API token (default: <data_dir>/admin-token)."
+    ),
+]
 DTypeOpt = Annotated[str, typer.Option("--dtype", help=f"One of {', '.join(DTYPES)}.")]
 StrategyOpt = Annotated[str, typer.Option("--strategy", help=f"One of {', '.join(STRATEGIES)}.")]
 MaxVariantsOpt = Annotated[int | None, typer.Option("--max-variants", help="Candidates at most.")]
 MaxSecondsOpt = Annotated[float | None, typer.Option("--max-seconds", help="Seconds per problem.")]
 BackendOpt = Annotated[str, typer.Option("--backend", help=f"One of {', '.join(BACKENDS)}.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of random and model-guided search.")]
-DeviceOpt = Annotated[str | None, typer.Option(
-    "--device", help="A backend (cpu, cuda), a device key or part of a device name.")]
+DeviceOpt = Annotated[
+    str | None,
+    typer.Option("--device", help="A backend (cpu, cuda), a device key or part of a device name."),
+]
 DimOpt = Annotated[int, typer.Option()]
 
 

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from service.models import Device, Toolchain, Variant
+from service.store.models import Device, Toolchain, Variant
 from tuner.types import Toolchain as ToolchainKey
 
 #: rows per INSERT, well under SQLite's bound-parameter limit

@@ -19,13 +19,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.errors import InvalidInput
-from service.keys import device_row, ensure_variants, toolchain_row
-from service.models import BestConfig, Device, Measurement, Toolchain, Variant
-from service.results import upsert_best
-from service.schemas.common import JsonDict, RequestModel, SafeStr
-from service.schemas.worker import DeviceIn, ToolchainIn
-from service.validation import check_layout, parse_problem
-from service.views import device_dict, toolchain_dict
+from service.schemas.common import DeviceIn, DType, JsonDict, Op, RequestModel, SafeStr
+from service.schemas.worker import ToolchainIn
+from service.store.keys import device_row, ensure_variants, toolchain_row
+from service.store.models import BestConfig, Device, Measurement, Toolchain, Variant
+from service.store.results import upsert_best
+from service.store.validation import check_layout, parse_problem
+from service.store.views import device_dict, toolchain_dict
 
 __all__ = ["ExportRecord", "export_lines", "import_lines", "MAX_IMPORT_LINES"]
 
@@ -54,8 +54,8 @@ class MeasurementRecord(RequestModel):
 
 
 class ExportRecord(RequestModel):
-    op: Literal["gemm", "conv2d", "reduce", "softmax"]
-    dtype: Literal["f16", "bf16", "f32"]
+    op: Op
+    dtype: DType
     layout: SafeStr = Field(max_length=16)
     problem: dict[str, Any]
     device: DeviceIn

@@ -15,8 +15,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.errors import NotFound
-from service.models import BestConfig, Device, Measurement, Toolchain, Variant
-from service.views import device_dict, toolchain_dict
+from service.store.models import BestConfig, Device, Measurement, Toolchain, Variant
+from service.store.views import device_dict, toolchain_dict
 from tuner.problems import Problem
 
 __all__ = ["find_devices", "find_best", "log_distance"]

@@ -9,9 +9,9 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from service.auth import authenticate, has_scope
-from service.models import ApiToken
 from service.settings import Settings
+from service.store.models import ApiToken
+from service.store.tokens import authenticate, has_scope
 
 __all__ = [
     "get_session",

@@ -22,11 +22,12 @@ from typing import Any
 from rich.console import Console
 from sqlalchemy.engine import make_url
 
-from service.cli_common import ADMIN_TOKEN_FILE, UserError
-from service.cli_output import best_answer_lines
+from service.agent import WorkerAgent
+from service.cli.common import ADMIN_TOKEN_FILE, UserError
+from service.cli.output import best_answer_lines
 from service.client import ApiError, ConnectionFailed, TunehubClient
+from service.schemas.configs import ConfigQuery
 from service.settings import Settings
-from service.worker import WorkerAgent
 from tuner.types import EngineConfig
 
 __all__ = [
@@ -58,8 +59,8 @@ def engine_config_from(settings: Settings) -> EngineConfig:
 
 def create_token_in_db(url: str, name: str, scopes: Sequence[str]) -> str:
     """Create a token straight in the database (no server needed); returns its plaintext."""
-    from service.auth import SCOPES, create_token
-    from service.db import make_engine, make_sessionmaker
+    from service.store.db import make_engine, make_sessionmaker
+    from service.store.tokens import SCOPES, create_token
 
     unknown = sorted(set(scopes) - set(SCOPES))
     if unknown or not scopes:
@@ -81,8 +82,8 @@ def _write_private(path: Path, text: str) -> None:
 
 def ensure_admin_token(settings: Settings) -> Path:
     """Write an admin token to ``<data_dir>/admin-token`` unless the one there still works."""
-    from service.auth import authenticate
-    from service.db import make_engine, make_sessionmaker
+    from service.store.db import make_engine, make_sessionmaker
+    from service.store.tokens import authenticate
 
     path = Path(settings.data_dir) / ADMIN_TOKEN_FILE
     if path.exists():
@@ -120,8 +121,9 @@ def _local_url(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
-def _run_local_worker(settings: Settings, server: Any, token: str,
-                      backends: Sequence[str], stop: threading.Event) -> None:
+def _run_local_worker(
+    settings: Settings, server: Any, token: str, backends: Sequence[str], stop: threading.Event
+) -> None:
     while not server.started and not stop.is_set():
         stop.wait(0.1)
     if stop.is_set():
@@ -138,14 +140,20 @@ def _run_local_worker(settings: Settings, server: Any, token: str,
         client.close()
 
 
-def serve(settings: Settings, *, host: str | None = None, port: int | None = None,
-          local_worker: bool | None = None, migrate: bool = False,
-          backends: Sequence[str] = ("cpu",)) -> None:
+def serve(
+    settings: Settings,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    local_worker: bool | None = None,
+    migrate: bool = False,
+    backends: Sequence[str] = ("cpu",),
+) -> None:
     """Run uvicorn with the app until interrupted; the local worker runs beside it."""
     import uvicorn
 
-    from service.app import create_app
-    from service.db import upgrade
+    from service.api.app import create_app
+    from service.store.db import upgrade
 
     updates: dict[str, Any] = {"host": host, "port": port, "local_worker": local_worker}
     settings = settings.model_copy(update={k: v for k, v in updates.items() if v is not None})
@@ -153,15 +161,21 @@ def serve(settings: Settings, *, host: str | None = None, port: int | None = Non
     if migrate or settings.migrate_on_start or _sqlite_file_is_new(settings.database_url):
         upgrade(settings.database_url)
     ensure_admin_token(settings)
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(settings), host=settings.host, port=settings.port, log_level="info"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings), host=settings.host, port=settings.port, log_level="info"
+        )
+    )
     stop = threading.Event()
     worker_thread: threading.Thread | None = None
     if settings.local_worker_enabled:
         token = create_token_in_db(settings.database_url, "local-worker", ["worker"])
         worker_thread = threading.Thread(
-            target=_run_local_worker, args=(settings, server, token, tuple(backends), stop),
-            name="local-worker", daemon=True)
+            target=_run_local_worker,
+            args=(settings, server, token, tuple(backends), stop),
+            name="local-worker",
+            daemon=True,
+        )
         worker_thread.start()
     try:
         server.run()
@@ -172,9 +186,14 @@ def serve(settings: Settings, *, host: str | None = None, port: int | None = Non
             worker_thread.join(timeout=10.0)
 
 
-def run_remote_worker(settings: Settings, server_url: str, token: str | None,
-                      backends: Sequence[str], name: str | None,
-                      connect_attempts: int = 30) -> None:
+def run_remote_worker(
+    settings: Settings,
+    server_url: str,
+    token: str | None,
+    backends: Sequence[str],
+    name: str | None,
+    connect_attempts: int = 30,
+) -> None:
     """``tunehub worker``: register (waiting for the server to come up), then lease forever."""
     stop = threading.Event()
     client = TunehubClient(server_url, token)
@@ -214,15 +233,18 @@ def _wait_healthy(client: TunehubClient, proc: subprocess.Popen[bytes], log_path
     deadline = time.monotonic() + DEMO_START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise UserError(f"the demo server exited ({proc.returncode}); see {log_path}:\n"
-                            + _log_tail(log_path))
+            raise UserError(
+                f"the demo server exited ({proc.returncode}); see {log_path}:\n"
+                + _log_tail(log_path)
+            )
         try:
             client.healthz()
             return
         except (ConnectionFailed, ApiError):
             time.sleep(0.2)
-    raise UserError(f"the demo server did not answer /healthz in {DEMO_START_TIMEOUT_S:.0f} s; "
-                    f"see {log_path}")
+    raise UserError(
+        f"the demo server did not answer /healthz in {DEMO_START_TIMEOUT_S:.0f} s; see {log_path}"
+    )
 
 
 def _stop_server(proc: subprocess.Popen[bytes]) -> None:
@@ -238,37 +260,57 @@ def _stop_server(proc: subprocess.Popen[bytes]) -> None:
 
 def run_demo(data_dir: Path, console: Console, max_variants: int | None = None) -> int:
     """Serve from a fresh data dir, tune the README's reduce, ask for its best config, stop."""
-    from service.cli_ops import run_tune
+    from service.cli.ops import run_tune
 
     data_dir = data_dir.expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     env = {
         **os.environ,
         "TUNEHUB_DATA_DIR": str(data_dir),
         "TUNEHUB_DATABASE_URL": "",  # the SQLite file inside the demo's data dir
         "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
     }
-    command = [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1",
-               "--port", str(port), "--local-worker", "--migrate"]
+    command = [
+        sys.executable,
+        "-m",
+        "service.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--local-worker",
+        "--migrate",
+    ]
     log_path = data_dir / "server.log"
-    console.print(f"starting tunehub on http://127.0.0.1:{port} (data in {data_dir}, "
-                  f"log in {log_path})")
+    console.print(
+        f"starting tunehub on http://127.0.0.1:{port} (data in {data_dir}, log in {log_path})"
+    )
     with open(log_path, "ab") as server_log:
-        proc = subprocess.Popen(command, env=env, stdout=server_log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            command, env=env, stdout=server_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
     try:
         url = f"http://127.0.0.1:{port}"
         with TunehubClient(url) as probe:
             _wait_healthy(probe, proc, log_path)
         token = (data_dir / ADMIN_TOKEN_FILE).read_text().strip()
         with TunehubClient(url, token) as client:
-            code = run_tune(client, op="reduce", dims=dict(DEMO_PROBLEM), dtype="f32",
-                            max_variants=max_variants, console=console)
+            code = run_tune(
+                client,
+                op="reduce",
+                dims=dict(DEMO_PROBLEM),
+                dtype="f32",
+                max_variants=max_variants,
+                console=console,
+            )
             try:
-                answer = client.best_config(op="reduce", dtype="f32", dims=DEMO_PROBLEM,
-                                            backend="cpu")
+                query = ConfigQuery(
+                    op="reduce", dtype="f32", problem=dict(DEMO_PROBLEM), backend="cpu"
+                )
+                answer = client.best_config(query)
             except ApiError as exc:
                 console.print(f"GET /v1/configs/best: HTTP {exc.status}: {exc.detail}")
                 return 1

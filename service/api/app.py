@@ -15,10 +15,11 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from service.db import check_revision, make_engine, make_sessionmaker, upgrade
-from service.errors import DatabaseNotMigrated, install_error_handlers
-from service.routes import configs, health, jobs, leases, measurements, tokens, workers
+from service.api.errors import install_error_handlers
+from service.api.routes import configs, health, jobs, leases, measurements, tokens, workers
+from service.errors import DatabaseNotMigrated
 from service.settings import Settings, get_settings
+from service.store.db import check_revision, make_engine, make_sessionmaker, upgrade
 
 __all__ = ["create_app"]
 

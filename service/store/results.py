@@ -16,11 +16,17 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict, InvalidInput
-from service.keys import device_row, ensure_variants, insert_ignore, selector_matches, toolchain_row
-from service.models import BestConfig, Job, Measurement, Task, Variant, utcnow
-from service.queue import held_task, refresh_job_status
 from service.schemas.worker import ResultsIn
-from service.views import winner_dict
+from service.store.keys import (
+    device_row,
+    ensure_variants,
+    insert_ignore,
+    selector_matches,
+    toolchain_row,
+)
+from service.store.models import BestConfig, Job, Measurement, Task, Variant, utcnow
+from service.store.queue import held_task, refresh_job_status
+from service.store.views import winner_dict
 
 __all__ = ["TIE_BAND", "pick_winner", "upsert_best", "store_results"]
 

@@ -32,9 +32,6 @@ __all__ = [
     "UTCDateTime",
     "utcnow",
     "new_id",
-    "JOB_STATUSES",
-    "TASK_STATUSES",
-    "FINISHED_TASK_STATUSES",
     "Device",
     "Toolchain",
     "Job",
@@ -47,10 +44,6 @@ __all__ = [
     "BestConfig",
     "ApiToken",
 ]
-
-JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
-TASK_STATUSES = JOB_STATUSES
-FINISHED_TASK_STATUSES = ("done", "failed", "cancelled")
 
 
 def utcnow() -> datetime:
@@ -241,7 +234,12 @@ class BestConfig(Base):
     __tablename__ = "best_configs"
     __table_args__ = (
         UniqueConstraint(
-            "op", "dtype", "layout", "problem_key", "device_id", "toolchain_id",
+            "op",
+            "dtype",
+            "layout",
+            "problem_key",
+            "device_id",
+            "toolchain_id",
             name="uq_best_configs_key",
         ),
     )

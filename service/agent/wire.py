@@ -1,0 +1,92 @@
+"""The engine's values as the API's models (and back): the only conversion the agent needs.
+
+The agent builds the same pydantic models the routes read (:mod:`service.schemas`), so what
+it sends is validated before it leaves the host; the fields of a device or a toolchain are
+named once, by those models.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from service.schemas.common import MAX_LOG_CHARS, DeviceIn
+from service.schemas.worker import LeaseTask, MeasurementIn, ToolchainReport
+from tuner.problems import problem_from_dict
+from tuner.types import BenchResult, Budget, DeviceInfo, Toolchain, TuneRequest
+
+__all__ = ["device_in", "toolchain_report", "measurement_in", "request_from_task"]
+
+
+def device_in(device: DeviceInfo) -> DeviceIn:
+    """The engine's device as the API's: every field the model names, read off the dataclass."""
+    fields = dataclasses.asdict(device)
+    return DeviceIn.model_validate({name: fields[name] for name in DeviceIn.model_fields})
+
+
+def toolchain_report(toolchain: Toolchain) -> ToolchainReport:
+    return ToolchainReport(
+        compiler=toolchain.compiler,
+        template_version=toolchain.template_version,
+        libraries=dict(toolchain.libraries),
+    )
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity (the API refuses them): turn them into None, deeply."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _positive(value: float | None) -> float | None:
+    """Times must be > 0 for the API; a 0 from a coarse clock becomes None."""
+    value = _finite(value)
+    return value if value is None or value > 0 else None
+
+
+def measurement_in(result: BenchResult) -> MeasurementIn:
+    timing = result.timing
+    median = _positive(timing.median_us) if timing else None
+    outcome = result.outcome.value
+    if outcome == "ok" and median is None:  # cannot happen with a sane backend; keep it data
+        outcome = "runtime_error"
+    return MeasurementIn.model_validate(
+        {
+            "variant_id": result.variant_id,
+            "variant_name": result.variant_name,
+            "params": _finite(dict(result.params)),
+            "outcome": outcome,
+            "median_us": median,
+            "p20_us": _positive(timing.p20_us) if timing else None,
+            "p80_us": _positive(timing.p80_us) if timing else None,
+            "min_us": _positive(timing.min_us) if timing else None,
+            "reps": timing.reps if timing else None,
+            "throughput": _finite(result.throughput),
+            "throughput_unit": result.throughput_unit,
+            "compile_seconds": _finite(result.compile_seconds),
+            "log": result.log[-MAX_LOG_CHARS:],
+            "provenance": _finite(dict(result.provenance)),
+            "suspect": bool(result.suspect),
+        }
+    )
+
+
+def request_from_task(task: LeaseTask) -> TuneRequest:
+    """The engine's request for a leased task; bad dims raise InvalidRequestError."""
+    return TuneRequest(
+        op=task.op,
+        dtype=task.dtype,
+        layout=task.layout,
+        problem=problem_from_dict(task.op, dict(task.problem)),
+        backend=task.device.backend,
+        strategy=task.strategy,
+        budget=Budget(max_variants=task.budget.max_variants, max_seconds=task.budget.max_seconds),
+        objective=task.objective,
+        seed=task.seed,
+    )

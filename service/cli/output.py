@@ -1,0 +1,194 @@
+"""What the CLI draws: the job progress bar and the tables of candidates, jobs and answers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from service.client import TunehubClient
+from service.schemas.common import FINISHED_STATUSES
+from service.schemas.configs import BestConfigOut, MeasurementOut
+from service.schemas.jobs import JobOut, JobSummary, ProblemStatus
+
+__all__ = [
+    "watch_job",
+    "candidates_table",
+    "jobs_table",
+    "winner_line",
+    "best_answer_lines",
+    "format_us",
+    "format_throughput",
+]
+
+
+def format_us(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return "-"
+    return f"{value:,.1f}" if value >= 100 else f"{value:.2f}"
+
+
+def format_throughput(value: Any, unit: Any) -> str:
+    if not isinstance(value, int | float):
+        return "-"
+    return f"{value:,.1f} {unit or ''}".rstrip()
+
+
+def watch_job(
+    client: TunehubClient,
+    job_id: str,
+    console: Console,
+    poll_interval_s: float = 0.5,
+    sleep: Callable[[float], None] = time.sleep,
+) -> JobOut:
+    """Poll GET /v1/jobs/{id} until it ends, drawing candidates done/total; returns the job."""
+    columns = (
+        SpinnerColumn(),
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("candidates"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task(f"job {job_id}: queued", total=None)
+        while True:
+            job = client.get_job(job_id)
+            counts = job.progress
+            total = counts.candidates_total or None
+            done = counts.candidates_done
+            tasks = f"{counts.tasks_done}/{counts.tasks_total} tasks"
+            progress.update(
+                bar,
+                total=total,
+                completed=done,
+                description=f"job {job_id}: {job.status} ({tasks})",
+            )
+            if job.status in FINISHED_STATUSES:
+                if total is None or job.status == "done":
+                    finished = max(done, total or 0, 1)
+                    progress.update(bar, total=finished, completed=finished)
+                return job
+            sleep(poll_interval_s)
+
+
+def _problem_text(problem: Mapping[str, Any]) -> str:
+    return escape(",".join(f"{k}={v}" for k, v in problem.items()))
+
+
+def candidates_table(measurements: Sequence[MeasurementOut], winners: set[str]) -> Table:
+    """Every candidate, verified ones fastest first, then the failures."""
+    table = Table(title="candidates", show_lines=False)
+    table.add_column("#", justify="right")
+    table.add_column("variant")
+    table.add_column("outcome")
+    table.add_column("median us", justify="right")
+    table.add_column("p20-p80 us", justify="right")
+    table.add_column("throughput", justify="right")
+    multi_problem = len({_problem_text(m.problem) for m in measurements}) > 1
+
+    def order(m: MeasurementOut) -> tuple[str, int, float, str]:
+        ok = m.outcome == "ok" and m.median_us is not None
+        return (
+            _problem_text(m.problem) if multi_problem else "",
+            0 if ok else 1,
+            float(m.median_us or 0.0) if ok else 0.0,
+            m.variant_name,
+        )
+
+    if multi_problem:
+        table.add_column("problem")
+    for index, m in enumerate(sorted(measurements, key=order), start=1):
+        name = escape(m.variant_name)
+        outcome = escape(m.outcome)
+        style = "green" if outcome == "ok" else "red"
+        won = m.variant_name in winners and outcome == "ok"
+        spread = f"{format_us(m.p20_us)}-{format_us(m.p80_us)}" if m.p20_us is not None else "-"
+        row = [
+            str(index),
+            f"[bold]{name}[/bold] *" if won else name,
+            f"[{style}]{outcome}[/{style}]" + (" (suspect)" if m.suspect else ""),
+            format_us(m.median_us),
+            spread,
+            format_throughput(m.throughput, m.throughput_unit),
+        ]
+        if multi_problem:
+            row.append(_problem_text(m.problem))
+        table.add_row(*row)
+    return table
+
+
+def winner_line(problem: ProblemStatus) -> str:
+    """One line per problem of a finished job: its winner, or why there is none."""
+    where = _problem_text(problem.problem)
+    winner = problem.winner
+    if winner:
+        return (
+            f"winner for {where}: [bold green]{escape(winner.variant_name)}[/bold green] "
+            f"{format_us(winner.median_us)} us, "
+            f"{format_throughput(winner.throughput, winner.throughput_unit)}"
+        )
+    why = f"[red]{escape(problem.error)}[/red]" if problem.error else "no verified candidate"
+    return f"no winner for {where}: {why}"
+
+
+def jobs_table(jobs: Sequence[JobSummary]) -> Table:
+    table = Table(title="jobs")
+    # ids are what a user copies into `jobs cancel`: never cut them
+    id_width = max((len(job.id) for job in jobs), default=2)
+    table.add_column("id", no_wrap=True, min_width=id_width)
+    table.add_column("status", no_wrap=True)
+    table.add_column("op", no_wrap=True)
+    table.add_column("problems", overflow="fold")
+    table.add_column("candidates", no_wrap=True, justify="right")
+    table.add_column("created", overflow="fold")
+    for job in jobs:
+        counts = job.progress
+        problems = job.problems if isinstance(job, JobOut) else []
+        shown = ", ".join(_problem_text(p.problem) for p in problems[:2])
+        if len(problems) > 2:
+            shown += f" (+{len(problems) - 2})"
+        table.add_row(
+            job.id,
+            job.status,
+            f"{job.op} {job.dtype}",
+            shown or str(job.total_tasks),
+            f"{counts.candidates_done}/{counts.candidates_total}",
+            job.created_at.isoformat()[:16].replace("T", " "),
+        )
+    return table
+
+
+def best_answer_lines(answer: BestConfigOut) -> list[str]:
+    """The best-config answer as readable lines (exact, or nearest with its distance)."""
+    if answer.exact:
+        how = "[green]exact match[/green]"
+    else:
+        how = f"[yellow]nearest tuned shape[/yellow] (log-distance {answer.distance})"
+        if answer.problem:
+            how += f": {_problem_text(answer.problem)}"
+    device = " ".join(
+        v for v in (answer.device.backend, answer.device.name, answer.device.arch) if v
+    )
+    toolchain = f"{answer.toolchain.compiler} tpl={answer.toolchain.template_version}"
+    return [
+        f"best config ({how})",
+        f"  variant     [bold]{escape(answer.variant_name)}[/bold]",
+        f"  params      {escape(str(answer.params))}",
+        f"  median      {format_us(answer.median_us)} us",
+        "  throughput  " + format_throughput(answer.throughput, answer.throughput_unit),
+        f"  device      {escape(device or '?')}",
+        f"  toolchain   {escape(toolchain)}",
+    ]
