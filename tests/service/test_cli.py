@@ -44,8 +44,27 @@ def one_error_line(err: str) -> str:
         (["tune", "reduce", "--m", "8", "--k", "8", "--kind", "prod"], "kind"),
         (["tune", "reduce", "--m", "8", "--k", "8", "--dtype", "f64"], "dtype 'f64'"),
         (["tune", "gemm", "--m", "8", "--n", "8", "--k", "8", "--layout", "xyz"], "layout"),
-        (["tune", "conv2d", "--n", "1", "--h", "2", "--w", "2", "--c", "1", "--k", "1",
-          "--r", "5", "--s", "5"], "empty output"),
+        (
+            [
+                "tune",
+                "conv2d",
+                "--n",
+                "1",
+                "--h",
+                "2",
+                "--w",
+                "2",
+                "--c",
+                "1",
+                "--k",
+                "1",
+                "--r",
+                "5",
+                "--s",
+                "5",
+            ],
+            "empty output",
+        ),
         (["tune", "reduce", "--m", "8", "--k", "8", "--strategy", "magic"], "strategy"),
         (["tune", "transpose", "--m", "8"], "No such command 'transpose'"),
         (["frobnicate"], "No such command 'frobnicate'"),
@@ -55,8 +74,7 @@ def one_error_line(err: str) -> str:
 def test_user_errors_print_one_line_and_exit_2(
     args: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run_cli([*args, "--server", DOWN] if args[0] != "frobnicate" else args,
-                             capsys)
+    code, out, err = run_cli([*args, "--server", DOWN] if args[0] != "frobnicate" else args, capsys)
     assert code == 2
     line = one_error_line(err)
     assert line.startswith("tunehub: ")
@@ -81,16 +99,18 @@ def test_server_down_is_one_line_and_exit_2(
     assert f"cannot reach tunehub at {DOWN}" in one_error_line(err)
 
 
-def test_server_from_environment(monkeypatch: pytest.MonkeyPatch,
-                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_server_from_environment(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("TUNEHUB_SERVER", "http://127.0.0.1:2")
     code, _, err = run_cli(["jobs"], capsys)
     assert code == 2
     assert "http://127.0.0.1:2" in one_error_line(err)
 
 
-def test_worker_without_token_is_a_user_error(monkeypatch: pytest.MonkeyPatch,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_worker_without_token_is_a_user_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("TUNEHUB_TOKEN", raising=False)
     code, _, err = run_cli(["worker", "--server", DOWN], capsys)
     assert code == 2
@@ -116,8 +136,21 @@ def test_db_error_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 def test_token_create_stores_a_working_token(
     database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = run_cli(["token", "create", "--name", "gpu-host-1", "--scope", "worker",
-                            "--scope", "read", "--url", database_url], capsys)
+    code, out, _ = run_cli(
+        [
+            "token",
+            "create",
+            "--name",
+            "gpu-host-1",
+            "--scope",
+            "worker",
+            "--scope",
+            "read",
+            "--url",
+            database_url,
+        ],
+        capsys,
+    )
     assert code == 0
     token = out.strip()
     engine = make_engine(database_url)
@@ -133,8 +166,9 @@ def test_token_create_stores_a_working_token(
 def test_token_create_refuses_an_unknown_scope(
     database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err = run_cli(["token", "create", "--name", "x", "--scope", "root",
-                            "--url", database_url], capsys)
+    code, _, err = run_cli(
+        ["token", "create", "--name", "x", "--scope", "root", "--url", database_url], capsys
+    )
     assert code == 2
     assert "scope" in one_error_line(err)
 
@@ -154,7 +188,10 @@ def test_console_script_module_runs(tmp_path: Path) -> None:
     env = {**os.environ, "TUNEHUB_DATA_DIR": str(tmp_path)}
     done = subprocess.run(
         [sys.executable, "-m", "service.cli", "tune", "reduce", "--m", "0", "--k", "1"],
-        capture_output=True, text=True, timeout=60, env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
         cwd=Path(__file__).resolve().parents[2],
     )
     assert done.returncode == 2

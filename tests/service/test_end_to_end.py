@@ -43,8 +43,9 @@ def live_server(settings: Settings) -> Iterator[LiveServer]:
     settings.ensure_dirs()
     token_file = ensure_admin_token(settings)
     worker_token = create_token_in_db(settings.database_url, "test-worker", ["worker"])
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=0,
-                                           log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
+    )
     thread = threading.Thread(target=server.run, name="live-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -54,8 +55,9 @@ def live_server(settings: Settings) -> Iterator[LiveServer]:
         time.sleep(0.02)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield LiveServer(f"http://127.0.0.1:{port}", settings,
-                         token_file.read_text().strip(), worker_token)
+        yield LiveServer(
+            f"http://127.0.0.1:{port}", settings, token_file.read_text().strip(), worker_token
+        )
     finally:
         server.should_exit = True
         thread.join(timeout=10.0)
@@ -68,8 +70,9 @@ def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def engine_config(cache: Path) -> EngineConfig:
-    return EngineConfig(cache_dir=str(cache), compile_workers=2, bench_seconds=0.05,
-                        warmup_seconds=0.01)
+    return EngineConfig(
+        cache_dir=str(cache), compile_workers=2, bench_seconds=0.05, warmup_seconds=0.01
+    )
 
 
 def submit(user: TunehubClient, **job: Any) -> JobOut:
@@ -94,14 +97,26 @@ class ProgressWatchingClient(TunehubClient):
 
 def test_cpu_reduce_job_end_to_end(live_server: LiveServer, compile_cache: Path) -> None:
     user = TunehubClient(live_server.url, live_server.admin_token)
-    job = submit(user, op="reduce", dtype="f32", problems=[PROBLEM],
-                 device={"backend": "cpu"}, budget={"max_variants": MAX_VARIANTS})
+    job = submit(
+        user,
+        op="reduce",
+        dtype="f32",
+        problems=[PROBLEM],
+        device={"backend": "cpu"},
+        budget={"max_variants": MAX_VARIANTS},
+    )
     assert job.status == "queued"
 
-    worker_client = ProgressWatchingClient(live_server.url, live_server.worker_token, user,
-                                           job.id)
-    agent = WorkerAgent(worker_client, engine_config(compile_cache), ("cpu",), name="e2e",
-                        progress_interval_s=0.0, heartbeat_interval_s=60.0, upload_batch=2)
+    worker_client = ProgressWatchingClient(live_server.url, live_server.worker_token, user, job.id)
+    agent = WorkerAgent(
+        worker_client,
+        engine_config(compile_cache),
+        ("cpu",),
+        name="e2e",
+        progress_interval_s=0.0,
+        heartbeat_interval_s=60.0,
+        upload_batch=2,
+    )
     assert agent.run_once() is True
     assert agent.run_once() is False  # the only task is done
 
@@ -135,9 +150,13 @@ def test_cli_tune_then_best_with_a_worker_running(
     live_server: LiveServer, compile_cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stop = threading.Event()
-    agent = WorkerAgent(TunehubClient(live_server.url, live_server.worker_token),
-                        engine_config(compile_cache), ("cpu",), name="cli-e2e",
-                        poll_interval_s=0.05)
+    agent = WorkerAgent(
+        TunehubClient(live_server.url, live_server.worker_token),
+        engine_config(compile_cache),
+        ("cpu",),
+        name="cli-e2e",
+        poll_interval_s=0.05,
+    )
     thread = threading.Thread(target=agent.run_forever, args=(stop,), daemon=True)
     thread.start()
     server = ["--server", live_server.url, "--token", live_server.admin_token]
@@ -192,8 +211,20 @@ def test_cli_against_a_live_server_without_tuning(
 
     # a worker token may not submit: the refusal is one line, exit 2
     with pytest.raises(SystemExit) as refused:
-        main(["tune", "reduce", "--m", "8", "--k", "8", "--server", live_server.url,
-              "--token", live_server.worker_token])
+        main(
+            [
+                "tune",
+                "reduce",
+                "--m",
+                "8",
+                "--k",
+                "8",
+                "--server",
+                live_server.url,
+                "--token",
+                live_server.worker_token,
+            ]
+        )
     err = capsys.readouterr().err
     assert refused.value.code == 2
     assert "HTTP 403" in err and len(err.strip().splitlines()) == 1
@@ -204,18 +235,42 @@ def test_cli_against_a_live_server_without_tuning(
     [
         ("gemm", "f32", {"m": 33, "n": 40, "k": 24}),
         ("softmax", "f16", {"m": 16, "k": 300}),
-        ("conv2d", "f32", {"n": 1, "h": 9, "w": 9, "c": 8, "k": 8, "r": 3, "s": 3,
-                           "stride": 1, "pad": 1, "dilation": 1}),
+        (
+            "conv2d",
+            "f32",
+            {
+                "n": 1,
+                "h": 9,
+                "w": 9,
+                "c": 8,
+                "k": 8,
+                "r": 3,
+                "s": 3,
+                "stride": 1,
+                "pad": 1,
+                "dilation": 1,
+            },
+        ),
     ],
 )
 def test_every_cpu_op_tunes_through_the_api(
     live_server: LiveServer, compile_cache: Path, op: str, dtype: str, problem: dict[str, int]
 ) -> None:
     user = TunehubClient(live_server.url, live_server.admin_token)
-    job = submit(user, op=op, dtype=dtype, problems=[problem], device={"backend": "cpu"},
-                 budget={"max_variants": 2})
-    agent = WorkerAgent(TunehubClient(live_server.url, live_server.worker_token),
-                        engine_config(compile_cache), ("cpu",), name=f"e2e-{op}")
+    job = submit(
+        user,
+        op=op,
+        dtype=dtype,
+        problems=[problem],
+        device={"backend": "cpu"},
+        budget={"max_variants": 2},
+    )
+    agent = WorkerAgent(
+        TunehubClient(live_server.url, live_server.worker_token),
+        engine_config(compile_cache),
+        ("cpu",),
+        name=f"e2e-{op}",
+    )
     assert agent.run_once() is True
     job = user.get_job(job.id)
     assert job.status == "done", job

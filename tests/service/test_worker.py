@@ -49,10 +49,17 @@ LATER = datetime(2100, 1, 1, tzinfo=UTC)
 
 def reduce_task(m: int = 64, k: int = 256, **overrides: Any) -> dict[str, Any]:
     task = {
-        "task_id": "t1", "job_id": "j1", "op": "reduce", "dtype": "f32", "layout": "row",
-        "problem": {"m": m, "k": k, "kind": "sum"}, "device": {"backend": "cpu"},
-        "strategy": "exhaustive", "budget": {"max_variants": 6, "max_seconds": None},
-        "objective": "time", "seed": 0,
+        "task_id": "t1",
+        "job_id": "j1",
+        "op": "reduce",
+        "dtype": "f32",
+        "layout": "row",
+        "problem": {"m": m, "k": k, "kind": "sum"},
+        "device": {"backend": "cpu"},
+        "strategy": "exhaustive",
+        "budget": {"max_variants": 6, "max_seconds": None},
+        "objective": "time",
+        "seed": 0,
     }
     task.update(overrides)
     return task
@@ -85,8 +92,13 @@ class FakeBackend(Backend):
     def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]:
         return {v.id: CompileResult(v.id, True, "/dev/null", 0.01, False) for v in variants}
 
-    def run(self, variant: Variant, artifact: str, request: TuneRequest,
-            abort_above_us: float | None = None) -> BenchResult:
+    def run(
+        self,
+        variant: Variant,
+        artifact: str,
+        request: TuneRequest,
+        abort_above_us: float | None = None,
+    ) -> BenchResult:
         self.runs += 1
         if self.before_run:
             self.before_run(self.runs)
@@ -94,9 +106,15 @@ class FakeBackend(Backend):
             raise RuntimeError("harness exploded")
         p = variant.params
         us = 100.0 / (p["pack"] * p["acc"]) + p["unroll"]
-        return BenchResult(variant.id, variant.name, variant.params, Outcome.OK,
-                           Timing(us, us * 0.99, us * 1.01, us * 0.98, 10),
-                           throughput=1.0, throughput_unit="GB/s")
+        return BenchResult(
+            variant.id,
+            variant.name,
+            variant.params,
+            Outcome.OK,
+            Timing(us, us * 0.99, us * 1.01, us * 0.98, 10),
+            throughput=1.0,
+            throughput_unit="GB/s",
+        )
 
     def close(self) -> None:
         self.closed = True
@@ -106,9 +124,13 @@ class ScriptedClient:
     """Plays the server: hands out the scripted leases and records every call (as the JSON
     the real client would send)."""
 
-    def __init__(self, leases: Sequence[dict[str, Any] | None] = (),
-                 cancel_from_beat: int | None = None, lose_from_beat: int | None = None,
-                 lose_on_upload: bool = False) -> None:
+    def __init__(
+        self,
+        leases: Sequence[dict[str, Any] | None] = (),
+        cancel_from_beat: int | None = None,
+        lose_from_beat: int | None = None,
+        lose_on_upload: bool = False,
+    ) -> None:
         self.leases = list(leases)
         self.cancel_from_beat = cancel_from_beat
         self.lose_from_beat = lose_from_beat
@@ -144,12 +166,19 @@ class ScriptedClient:
         return ResultsOut(stored=len(results.measurements))
 
 
-def make_agent(client: ScriptedClient, backend: FakeBackend | None = None,
-               **kwargs: Any) -> tuple[WorkerAgent, FakeBackend]:
+def make_agent(
+    client: ScriptedClient, backend: FakeBackend | None = None, **kwargs: Any
+) -> tuple[WorkerAgent, FakeBackend]:
     config = EngineConfig(cache_dir="/nonexistent", compile_workers=2)
     backend = backend or FakeBackend(config)
-    agent = WorkerAgent(client, config, ("cpu",), name="test-worker",  # type: ignore[arg-type]
-                        backend_factory=lambda name, cfg: backend, **kwargs)
+    agent = WorkerAgent(
+        client,
+        config,
+        ("cpu",),
+        name="test-worker",  # type: ignore[arg-type]
+        backend_factory=lambda name, cfg: backend,
+        **kwargs,
+    )
     return agent, backend
 
 
@@ -161,9 +190,22 @@ def test_no_work_returns_false_and_registers_the_device() -> None:
     client = ScriptedClient()
     agent, _ = make_agent(client)
     assert agent.run_once() is False
-    assert client.registered == [("test-worker", [{
-        "backend": "cpu", "name": "Fake CPU", "arch": "x86_64-fake", "sm_count": 4,
-        "driver": "", "runtime": "", "memory_bytes": 0}])]
+    assert client.registered == [
+        (
+            "test-worker",
+            [
+                {
+                    "backend": "cpu",
+                    "name": "Fake CPU",
+                    "arch": "x86_64-fake",
+                    "sm_count": 4,
+                    "driver": "",
+                    "runtime": "",
+                    "memory_bytes": 0,
+                }
+            ],
+        )
+    ]
 
 
 def test_task_uploads_batches_then_a_final_with_every_candidate() -> None:
@@ -178,8 +220,11 @@ def test_task_uploads_batches_then_a_final_with_every_candidate() -> None:
     assert len({m["variant_id"] for m in measured}) == 6
     final = client.uploads[-1]
     assert final["device"]["name"] == "Fake CPU"
-    assert final["toolchain"] == {"compiler": "fake-cc 1.0", "template_version": "tpl123",
-                                  "libraries": {}}
+    assert final["toolchain"] == {
+        "compiler": "fake-cc 1.0",
+        "template_version": "tpl123",
+        "libraries": {},
+    }
     assert final.get("error") is None
 
 
@@ -216,8 +261,9 @@ def test_cancel_flag_from_heartbeat_stops_the_tune_early() -> None:
     # beats: on start (1), after candidate 1 (2), after candidate 2 (3: cancelled)
     client = ScriptedClient([lease()], cancel_from_beat=3)
     config = EngineConfig(cache_dir="/nonexistent", compile_workers=1)
-    agent, backend = make_agent(client, FakeBackend(config), progress_interval_s=0.0,
-                                heartbeat_interval_s=60.0)
+    agent, backend = make_agent(
+        client, FakeBackend(config), progress_interval_s=0.0, heartbeat_interval_s=60.0
+    )
     assert agent.run_once() is True
     measured = [m for u in client.uploads for m in u["measurements"]]
     assert backend.runs == 2 and len(measured) == 2
@@ -227,8 +273,9 @@ def test_cancel_flag_from_heartbeat_stops_the_tune_early() -> None:
 def test_lease_lost_on_heartbeat_stops_without_a_final_upload() -> None:
     client = ScriptedClient([lease()], lose_from_beat=2)
     config = EngineConfig(cache_dir="/nonexistent", compile_workers=1)
-    agent, backend = make_agent(client, FakeBackend(config), progress_interval_s=0.0,
-                                heartbeat_interval_s=60.0)
+    agent, backend = make_agent(
+        client, FakeBackend(config), progress_interval_s=0.0, heartbeat_interval_s=60.0
+    )
     assert agent.run_once() is True
     assert backend.runs == 1
     assert client.uploads == []
@@ -249,8 +296,12 @@ def test_keepalive_thread_beats_while_the_engine_is_busy() -> None:
                 threading.Event().wait(0.005)
 
     config = EngineConfig(cache_dir="/nonexistent", compile_workers=1)
-    agent, _ = make_agent(client, FakeBackend(config, before_run=wait_for_keepalive),
-                          progress_interval_s=60.0, heartbeat_interval_s=0.02)
+    agent, _ = make_agent(
+        client,
+        FakeBackend(config, before_run=wait_for_keepalive),
+        progress_interval_s=60.0,
+        heartbeat_interval_s=0.02,
+    )
     assert agent.run_once() is True
     assert beaten.is_set()
     assert client.heartbeats[1] == ("L1", 0, 6)
@@ -292,15 +343,21 @@ def test_unusable_backend_is_skipped_when_another_works() -> None:
         return good
 
     client = ScriptedClient()
-    agent = WorkerAgent(client, config, ("cpu", "cuda"), name="w",  # type: ignore[arg-type]
-                        backend_factory=factory)
+    agent = WorkerAgent(
+        client,
+        config,
+        ("cpu", "cuda"),
+        name="w",  # type: ignore[arg-type]
+        backend_factory=factory,
+    )
     assert agent.run_once() is False
     assert [d["backend"] for d in client.registered[0][1]] == ["cpu"]
 
 
 def test_request_from_task_maps_every_field_of_the_lease() -> None:
-    task = LeaseTask.model_validate(reduce_task(problem={"m": 8, "k": 16, "kind": "max"},
-                                                budget={}, strategy="random", seed=7))
+    task = LeaseTask.model_validate(
+        reduce_task(problem={"m": 8, "k": 16, "kind": "max"}, budget={}, strategy="random", seed=7)
+    )
     request = request_from_task(task)
     assert request.layout == "row"
     assert request.problem == ReduceProblem(m=8, k=16, kind="max")
@@ -309,8 +366,15 @@ def test_request_from_task_maps_every_field_of_the_lease() -> None:
 
 
 def test_measurement_in_drops_non_finite_values() -> None:
-    result = BenchResult("v", "name", {"x": 1}, Outcome.RUNTIME_ERROR, None,
-                         throughput=math.nan, provenance={"temp": math.inf, "ok": 1.5})
+    result = BenchResult(
+        "v",
+        "name",
+        {"x": 1},
+        Outcome.RUNTIME_ERROR,
+        None,
+        throughput=math.nan,
+        provenance={"temp": math.inf, "ok": 1.5},
+    )
     record = measurement_in(result).model_dump(mode="json")
     assert record["throughput"] is None
     assert record["provenance"] == {"temp": None, "ok": 1.5}
