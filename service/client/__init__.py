@@ -1,0 +1,53 @@
+"""Typed HTTP client of the tunehub REST API (v1), for compilers, build scripts, the CLI and
+the worker agent. It imports nothing from the service but :mod:`service.schemas`: requests
+and answers are the same pydantic models the routes use.
+
+    client = TunehubClient("http://127.0.0.1:8765", token="...", cache_dir="~/.cache/th")
+    answer = client.best(ConfigQuery(op="gemm", dtype="f16", problem={"m": 16, "n": 4096,
+                                                                     "k": 4096}, device="H200"))
+    answer.value.params, answer.stale          # stale: served from the cache, service down
+    job = client.submit(JobCreate(...)); client.wait(job.id, progress=print)
+
+Requests are retried with exponential backoff (:class:`RetryPolicy`): reads and the read-only
+batch query on every transient failure, writes only when the connection was never made.
+With ``cache_dir`` every lookup answer is kept on disk: while the service is unreachable (or
+answers 502/503/504) :meth:`TunehubClient.best` and :meth:`TunehubClient.query` answer from
+it, marked ``stale``; once it is back they revalidate with ``If-None-Match`` (a 304 keeps the
+cached body) and are fresh again.
+
+Errors, all raised from this package and nothing else::
+
+    ClientError             base of everything the client raises
+    ├── ApiError            the server answered with an HTTP error; ``status`` and ``detail``
+    │   └── LeaseLost       409 on a lease call: the lease expired or was given to another worker
+    ├── ConnectionFailed    the server could not be reached (refused, DNS, timeout) after the
+    │                       retries, or its reply was not the answer the API promises
+    └── WaitTimeout         ``wait()`` ran out of time; ``job`` is the last state seen
+"""
+
+from service.client._cache import ResponseCache
+from service.client._client import (
+    DEFAULT_TIMEOUT_S,
+    Cached,
+    QueryAnswer,
+    TunehubClient,
+    best_params,
+)
+from service.client._errors import ApiError, ClientError, ConnectionFailed, LeaseLost, WaitTimeout
+from service.client._retry import NO_RETRY, RetryPolicy
+
+__all__ = [
+    "ClientError",
+    "ApiError",
+    "LeaseLost",
+    "ConnectionFailed",
+    "WaitTimeout",
+    "TunehubClient",
+    "Cached",
+    "QueryAnswer",
+    "RetryPolicy",
+    "NO_RETRY",
+    "ResponseCache",
+    "best_params",
+    "DEFAULT_TIMEOUT_S",
+]

@@ -1,0 +1,366 @@
+"""The client class: typed calls of the v1 API, retries, and the on-disk answer cache."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from os import PathLike
+from typing import Any, Generic, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from service.client._cache import CacheEntry, ResponseCache, request_key
+from service.client._errors import (
+    ApiError,
+    ConnectionFailed,
+    LeaseLost,
+    WaitTimeout,
+    detail_text,
+)
+from service.client._retry import RetryPolicy
+from service.schemas.common import FINISHED_STATUSES, HealthOut
+from service.schemas.configs import (
+    BestConfigOut,
+    ConfigQuery,
+    ConfigQueryBatch,
+    ConfigQueryResults,
+    MeasurementList,
+    MeasurementOut,
+    TokenCreate,
+    TokenOut,
+)
+from service.schemas.jobs import JobCreate, JobList, JobOut, JobSummary
+from service.schemas.worker import (
+    HeartbeatIn,
+    HeartbeatOut,
+    LeaseOut,
+    LeaseRequest,
+    ResultsIn,
+    ResultsOut,
+    WorkerOut,
+    WorkerRegister,
+)
+
+__all__ = ["TunehubClient", "Cached", "QueryAnswer", "DEFAULT_TIMEOUT_S", "best_params"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 30.0
+Answer = TypeVar("Answer", bound=BaseModel)
+#: answers that mean "the service is there but cannot answer now": a cached answer serves
+_UNAVAILABLE = frozenset({502, 503, 504})
+
+
+@dataclass(frozen=True)
+class Cached(Generic[Answer]):
+    """An answer and where it came from: ``stale`` is true when the service could not be
+    reached and the answer was read from the on-disk cache; ``confirmed_at`` is when the
+    service last gave or confirmed it."""
+
+    value: Answer
+    stale: bool
+    confirmed_at: datetime
+
+
+@dataclass(frozen=True)
+class QueryAnswer:
+    """One problem of :meth:`TunehubClient.query`: the config, or an error (not tuned, bad
+    problem, or unreachable with nothing cached)."""
+
+    query: ConfigQuery
+    config: BestConfigOut | None
+    error: str | None
+    stale: bool = False
+    confirmed_at: datetime | None = None
+
+
+def best_params(query: ConfigQuery) -> dict[str, Any]:
+    """The query parameters of ``GET /v1/configs/best`` for ``query``."""
+    params = query.model_dump(exclude={"problem"}, exclude_none=True)
+    return {**params, **query.problem}
+
+
+class TunehubClient:
+    """Typed calls of the v1 API over one ``httpx.Client`` (safe to share between threads).
+
+    ``retry`` says how often a failed request is tried again (see :class:`RetryPolicy`);
+    ``cache_dir`` turns on the on-disk cache of lookups (:meth:`best`, :meth:`query`)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        cache_dir: str | PathLike[str] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.retry = retry or RetryPolicy()
+        self.cache = ResponseCache(cache_dir) if cache_dir is not None else None
+        self._sleep = sleep
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> TunehubClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: BaseModel | None = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        lease_call: bool = False,
+        idempotent: bool | None = None,
+    ) -> httpx.Response:
+        """One call with retries; raises ApiError for an error status, ConnectionFailed when
+        the server cannot be reached. ``idempotent`` defaults to "the method is GET"."""
+        safe = method == "GET" if idempotent is None else idempotent
+        clean = {k: v for k, v in (params or {}).items() if v is not None}
+        content = body.model_dump_json().encode() if body is not None else None
+        sent = dict(headers or {})
+        if body is not None:
+            sent["Content-Type"] = "application/json"
+        for attempt in range(self.retry.attempts):
+            last = attempt == self.retry.attempts - 1
+            try:
+                response = self._http.request(
+                    method, path, content=content, headers=sent or None, params=clean or None
+                )
+            except httpx.TransportError as exc:
+                if last or not self.retry.retry_error(exc, safe):
+                    reason = (
+                        f"timed out ({type(exc).__name__})"
+                        if isinstance(exc, httpx.TimeoutException)
+                        else str(exc) or type(exc).__name__
+                    )
+                    raise ConnectionFailed(self.base_url, reason) from None
+                wait = self.retry.delay(attempt)
+                log.debug("%s %s: %s; retrying in %.2f s", method, path, exc, wait)
+                self._sleep(wait)
+                continue
+            if not last and self.retry.retry_status(response.status_code, safe):
+                wait = self.retry.delay(attempt, response.headers.get("Retry-After"))
+                log.debug("%s %s: HTTP %d; retrying in %.2f s", method, path,
+                          response.status_code, wait)  # fmt: skip
+                self._sleep(wait)
+                continue
+            if response.status_code >= 400:
+                try:
+                    detail = detail_text(response.json().get("detail", response.text))
+                except (ValueError, AttributeError):
+                    detail = response.text.strip()[:500] or response.reason_phrase
+                error = LeaseLost if lease_call and response.status_code == 409 else ApiError
+                raise error(response.status_code, detail, method, path)
+            return response
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _call(
+        self,
+        answer: type[Answer],
+        method: str,
+        path: str,
+        *,
+        body: BaseModel | None = None,
+        params: Mapping[str, Any] | None = None,
+        lease_call: bool = False,
+        idempotent: bool | None = None,
+    ) -> Answer:
+        response = self._send(
+            method, path, body=body, params=params, lease_call=lease_call, idempotent=idempotent
+        )
+        return self._parse(answer, response.content, method, path)
+
+    def _parse(self, answer: type[Answer], content: bytes | str, method: str, path: str) -> Answer:
+        try:
+            return answer.model_validate_json(content)
+        except ValidationError as exc:
+            errors = exc.error_count()
+            reason = f"{method} {path}: the reply is not a {answer.__name__} ({errors} errors)"
+            raise ConnectionFailed(self.base_url, reason) from None
+
+    def cached_get(
+        self, answer: type[Answer], path: str, params: Mapping[str, Any] | None = None
+    ) -> Cached[Answer]:
+        """GET through the on-disk cache: revalidated with ``If-None-Match`` when an entry
+        has an ETag; the entry answers (``stale=True``) while the service is unreachable or
+        unavailable (502/503/504). Without ``cache_dir`` it is a plain GET."""
+        key = request_key("GET", path, params)
+        entry = self.cache.get(key) if self.cache is not None else None
+        headers = {"If-None-Match": entry.etag} if entry is not None and entry.etag else None
+        try:
+            response = self._send("GET", path, params=params, headers=headers)
+        except ConnectionFailed as exc:
+            return self._stale(answer, entry, path, exc)
+        except ApiError as exc:
+            if exc.status in _UNAVAILABLE:
+                return self._stale(answer, entry, path, exc)
+            if exc.status == 404 and self.cache is not None:
+                self.cache.drop(key)  # the service no longer has this answer
+            raise
+        if response.status_code == 304 and entry is not None:
+            entry = self.cache.confirm(entry) if self.cache is not None else entry
+            return Cached(self._parse(answer, entry.body, "GET", path), False, entry.confirmed_at)
+        value = self._parse(answer, response.content, "GET", path)
+        confirmed = datetime.now(UTC)
+        if self.cache is not None:
+            entry = self.cache.put(key, response.text, response.headers.get("ETag"))
+            confirmed = entry.confirmed_at
+        return Cached(value, False, confirmed)
+
+    def _stale(
+        self, answer: type[Answer], entry: CacheEntry | None, path: str, error: Exception
+    ) -> Cached[Answer]:
+        if entry is None:
+            raise error
+        log.warning("%s; answering %s from the cache of %s", error, path, entry.confirmed_at)
+        return Cached(self._parse(answer, entry.body, "GET", path), True, entry.confirmed_at)
+
+    # -- health ---------------------------------------------------------------------------
+
+    def healthz(self) -> HealthOut:
+        return self._call(HealthOut, "GET", "/healthz")
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    def submit_job(self, job: JobCreate) -> JobOut:
+        """POST /v1/jobs; the 202 answer is the stored job (retried only if never sent)."""
+        return self._call(JobOut, "POST", "/v1/jobs", body=job)
+
+    submit = submit_job
+
+    def get_job(self, job_id: str) -> JobOut:
+        return self._call(JobOut, "GET", f"/v1/jobs/{job_id}")
+
+    def wait(
+        self,
+        job_id: str,
+        *,
+        progress: Callable[[JobOut], None] | None = None,
+        poll_s: float = 1.0,
+        timeout_s: float | None = None,
+    ) -> JobOut:
+        """Poll the job until it is done, failed or cancelled, and return it. ``progress`` is
+        called with the job whenever its progress or status changed (and once at the start).
+        Raises WaitTimeout after ``timeout_s`` seconds."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        seen: tuple[Any, ...] | None = None
+        while True:
+            job = self.get_job(job_id)
+            state = (job.status, job.progress.model_dump())
+            if progress is not None and state != seen:
+                progress(job)
+            seen = state
+            if job.status in FINISHED_STATUSES:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(job_id, timeout_s or 0.0, job)
+            self._sleep(poll_s)
+
+    def list_jobs(
+        self, *, status: str | None = None, op: str | None = None, limit: int | None = None
+    ) -> list[JobSummary]:
+        params = {"status": status, "op": op, "limit": limit}
+        return self._call(JobList, "GET", "/v1/jobs", params=params).jobs
+
+    def cancel_job(self, job_id: str) -> JobOut:
+        return self._call(JobOut, "DELETE", f"/v1/jobs/{job_id}")
+
+    # -- configs and measurements ---------------------------------------------------------
+
+    def best_config(self, query: ConfigQuery) -> BestConfigOut:
+        """GET /v1/configs/best; a shape nobody tuned raises ApiError with status 404.
+
+        ``query.device`` is a device key (``backend:name:arch:sms``) or part of a device name."""
+        return self.best(query).value
+
+    def best(self, query: ConfigQuery) -> Cached[BestConfigOut]:
+        """The best config through the cache (see :meth:`cached_get`): ApiError 404 when not
+        tuned, ConnectionFailed when the service is unreachable and nothing is cached."""
+        return self.cached_get(BestConfigOut, "/v1/configs/best", best_params(query))
+
+    def query_configs(self, batch: ConfigQueryBatch) -> ConfigQueryResults:
+        """POST /v1/configs/query: many problems in one request (read-only, so retried)."""
+        return self._call(
+            ConfigQueryResults, "POST", "/v1/configs/query", body=batch, idempotent=True
+        )
+
+    def query(self, queries: Sequence[ConfigQuery]) -> list[QueryAnswer]:
+        """Many lookups in one request; each answer is cached as :meth:`best` caches it, and
+        read back (``stale``) for every problem while the service cannot answer."""
+        if not queries:
+            return []
+        try:
+            results = self.query_configs(ConfigQueryBatch(queries=list(queries))).results
+        except (ConnectionFailed, ApiError) as exc:
+            if isinstance(exc, ApiError) and exc.status not in _UNAVAILABLE:
+                raise
+            return [self._query_from_cache(query, exc) for query in queries]
+        now = datetime.now(UTC)
+        answers = []
+        for query, result in zip(queries, results, strict=True):
+            if result.result is not None and self.cache is not None:
+                key = request_key("GET", "/v1/configs/best", best_params(query))
+                self.cache.put(key, result.result.model_dump_json(), None)
+            answers.append(QueryAnswer(query, result.result, result.error, False, now))
+        return answers
+
+    def _query_from_cache(self, query: ConfigQuery, error: Exception) -> QueryAnswer:
+        key = request_key("GET", "/v1/configs/best", best_params(query))
+        entry = self.cache.get(key) if self.cache is not None else None
+        if entry is None:
+            return QueryAnswer(query, None, f"{error}; no cached answer")
+        config = self._parse(BestConfigOut, entry.body, "GET", "/v1/configs/best")
+        return QueryAnswer(query, config, None, True, entry.confirmed_at)
+
+    def measurements(self, **filters: Any) -> list[MeasurementOut]:
+        """GET /v1/measurements, e.g. ``measurements(job_id=job.id)``."""
+        return self._call(MeasurementList, "GET", "/v1/measurements", params=filters).measurements
+
+    # -- tokens ---------------------------------------------------------------------------
+
+    def create_token(self, token: TokenCreate) -> TokenOut:
+        """POST /v1/tokens (admin): the plaintext is in the answer, and nowhere else."""
+        return self._call(TokenOut, "POST", "/v1/tokens", body=token)
+
+    # -- worker side ----------------------------------------------------------------------
+
+    def register_worker(self, worker: WorkerRegister) -> WorkerOut:
+        """POST /v1/workers; the answer carries the new worker's id."""
+        return self._call(WorkerOut, "POST", "/v1/workers", body=worker)
+
+    def lease(self, request: LeaseRequest) -> LeaseOut | None:
+        """POST /v1/leases: a task to tune, or None when there is no work (204)."""
+        response = self._send("POST", "/v1/leases", body=request)
+        if response.status_code == 204:
+            return None
+        return self._parse(LeaseOut, response.content, "POST", "/v1/leases")
+
+    def heartbeat(self, lease_id: str, progress: HeartbeatIn) -> HeartbeatOut:
+        """Extend a lease and read the job's cancelled flag; LeaseLost when it is gone."""
+        path = f"/v1/leases/{lease_id}/heartbeat"
+        return self._call(HeartbeatOut, "POST", path, body=progress, lease_call=True)
+
+    def upload_results(self, lease_id: str, results: ResultsIn) -> ResultsOut:
+        """A batch of measurements for the lease; ``results.final`` ends the task."""
+        path = f"/v1/leases/{lease_id}/results"
+        return self._call(ResultsOut, "POST", path, body=results, lease_call=True)

@@ -1,0 +1,61 @@
+"""The client's exception tree (documented in :mod:`service.client`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ClientError", "ApiError", "LeaseLost", "ConnectionFailed", "WaitTimeout", "detail_text"]
+
+
+class ClientError(Exception):
+    """Base class of the client's errors."""
+
+
+class ApiError(ClientError):
+    """The server answered with an error status; ``detail`` is its message, made readable."""
+
+    def __init__(self, status: int, detail: str, method: str = "", path: str = "") -> None:
+        where = f" ({method} {path})" if method else ""
+        super().__init__(f"HTTP {status}{where}: {detail}")
+        self.status = status
+        self.detail = detail
+        self.method = method
+        self.path = path
+
+
+class LeaseLost(ApiError):
+    """409 from a lease call: this worker no longer holds the lease."""
+
+
+class ConnectionFailed(ClientError):
+    """The server could not be reached or did not answer in time (after the retries)."""
+
+    def __init__(self, base_url: str, reason: str) -> None:
+        super().__init__(f"cannot reach tunehub at {base_url}: {reason}")
+        self.base_url = base_url
+        self.reason = reason
+
+
+class WaitTimeout(ClientError):
+    """``wait()`` gave up before the job finished; ``job`` is its last known state."""
+
+    def __init__(self, job_id: str, seconds: float, job: Any) -> None:
+        super().__init__(f"job {job_id} did not finish within {seconds:g} s")
+        self.job_id = job_id
+        self.job = job
+
+
+def detail_text(detail: Any) -> str:
+    """FastAPI details are strings or lists of {loc, msg}; turn either into one line."""
+    if isinstance(detail, str):
+        return detail
+    if isinstance(detail, list):
+        parts = []
+        for item in detail:
+            if isinstance(item, dict) and "msg" in item:
+                loc = ".".join(str(p) for p in item.get("loc", ()) if p != "body")
+                parts.append(f"{loc}: {item['msg']}" if loc else str(item["msg"]))
+            else:
+                parts.append(str(item))
+        return "; ".join(parts)
+    return str(detail)
