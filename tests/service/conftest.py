@@ -6,10 +6,18 @@ import mode.
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.settings import Settings
 
 CPU_DEVICE = {
     "backend": "cpu",
@@ -169,3 +177,62 @@ class ApiDriver:
 @pytest.fixture
 def api(app_client: Any) -> ApiDriver:
     return ApiDriver(app_client)
+
+
+# -- a real server over HTTP that a test can stop and start again ---------------------------
+
+LIVE_START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class LiveService:
+    """A real tunehub server: uvicorn in a thread on a fixed local port, so a test can stop it
+    (the service is down) and start it again on the same address (``url``)."""
+
+    def __init__(self, settings: Settings, port: int | None = None) -> None:
+        self.settings = settings
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> LiveService:
+        config = uvicorn.Config(
+            create_app(self.settings), host="127.0.0.1", port=self.port, log_level="warning"
+        )
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, name="live-service", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + LIVE_START_TIMEOUT_S
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the live service did not start on {self.url}")
+            time.sleep(0.02)
+        self._server, self._thread = server, thread
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10.0)
+        self._server = self._thread = None
+
+
+@pytest.fixture
+def live_service() -> Iterator[Callable[[Settings], LiveService]]:
+    """``live_service(settings)`` starts a LiveService; all are stopped after the test."""
+    started: list[LiveService] = []
+
+    def start(settings: Settings) -> LiveService:
+        service = LiveService(settings).start()
+        started.append(service)
+        return service
+
+    yield start
+    for service in started:
+        service.stop()
