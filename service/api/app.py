@@ -16,7 +16,16 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service.api.errors import install_error_handlers
-from service.api.routes import configs, health, jobs, leases, measurements, tokens, workers
+from service.api.routes import (
+    client_results,
+    configs,
+    health,
+    jobs,
+    leases,
+    measurements,
+    tokens,
+    workers,
+)
 from service.errors import DatabaseNotMigrated
 from service.settings import Settings, get_settings
 from service.store.db import check_revision, make_engine, make_sessionmaker, upgrade
@@ -58,6 +67,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.sessionmaker = make_sessionmaker(engine)
     install_error_handlers(app)
-    for module in (jobs, configs, measurements, workers, leases, tokens, health):
+    for module in (jobs, configs, measurements, workers, leases, tokens, health, client_results):
         app.include_router(module.router)
     return app

@@ -25,14 +25,9 @@ Errors, all raised from this package and nothing else::
     └── WaitTimeout         ``wait()`` ran out of time; ``job`` is the last state seen
 """
 
+from service.client._answers import Cached, QueryAnswer, best_params
 from service.client._cache import ResponseCache
-from service.client._client import (
-    DEFAULT_TIMEOUT_S,
-    Cached,
-    QueryAnswer,
-    TunehubClient,
-    best_params,
-)
+from service.client._client import DEFAULT_TIMEOUT_S, TunehubClient
 from service.client._errors import ApiError, ClientError, ConnectionFailed, LeaseLost, WaitTimeout
 from service.client._retry import NO_RETRY, RetryPolicy
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from os import PathLike
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from service.client._answers import Answer, Cached, QueryAnswer, best_params
 from service.client._cache import CacheEntry, ResponseCache, request_key
 from service.client._errors import (
     ApiError,
@@ -22,6 +22,12 @@ from service.client._errors import (
     detail_text,
 )
 from service.client._retry import RetryPolicy
+from service.schemas.client_results import (
+    ClientBestOut,
+    ClientResultsIn,
+    ClientResultsOut,
+    canonical_key,
+)
 from service.schemas.common import FINISHED_STATUSES, HealthOut
 from service.schemas.configs import (
     BestConfigOut,
@@ -45,43 +51,13 @@ from service.schemas.worker import (
     WorkerRegister,
 )
 
-__all__ = ["TunehubClient", "Cached", "QueryAnswer", "DEFAULT_TIMEOUT_S", "best_params"]
+__all__ = ["TunehubClient", "DEFAULT_TIMEOUT_S"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 30.0
-Answer = TypeVar("Answer", bound=BaseModel)
 #: answers that mean "the service is there but cannot answer now": a cached answer serves
 _UNAVAILABLE = frozenset({502, 503, 504})
-
-
-@dataclass(frozen=True)
-class Cached(Generic[Answer]):
-    """An answer and where it came from: ``stale`` is true when the service could not be
-    reached and the answer was read from the on-disk cache; ``confirmed_at`` is when the
-    service last gave or confirmed it."""
-
-    value: Answer
-    stale: bool
-    confirmed_at: datetime
-
-
-@dataclass(frozen=True)
-class QueryAnswer:
-    """One problem of :meth:`TunehubClient.query`: the config, or an error (not tuned, bad
-    problem, or unreachable with nothing cached)."""
-
-    query: ConfigQuery
-    config: BestConfigOut | None
-    error: str | None
-    stale: bool = False
-    confirmed_at: datetime | None = None
-
-
-def best_params(query: ConfigQuery) -> dict[str, Any]:
-    """The query parameters of ``GET /v1/configs/best`` for ``query``."""
-    params = query.model_dump(exclude={"problem"}, exclude_none=True)
-    return {**params, **query.problem}
 
 
 class TunehubClient:
@@ -331,6 +307,22 @@ class TunehubClient:
             return QueryAnswer(query, None, f"{error}; no cached answer")
         config = self._parse(BestConfigOut, entry.body, "GET", "/v1/configs/best")
         return QueryAnswer(query, config, None, True, entry.confirmed_at)
+
+    def client_best(
+        self,
+        op: str,
+        key: dict[str, Any],
+        device: str,
+        toolchain: str | None = None,
+    ) -> Cached[ClientBestOut]:
+        """A client-measured winner (``op`` like ``triton:<kernel hash>``) through the cache:
+        ApiError 404 when nobody uploaded one for this key and device."""
+        params = {"op": op, "key": canonical_key(key), "device": device, "toolchain": toolchain}
+        return self.cached_get(ClientBestOut, "/v1/client-configs/best", params)
+
+    def upload_client_results(self, results: ClientResultsIn) -> ClientResultsOut:
+        """POST /v1/client-results (a ``submit``-scope token): a client's own measurements."""
+        return self._call(ClientResultsOut, "POST", "/v1/client-results", body=results)
 
     def measurements(self, **filters: Any) -> list[MeasurementOut]:
         """GET /v1/measurements, e.g. ``measurements(job_id=job.id)``."""

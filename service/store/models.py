@@ -43,6 +43,8 @@ __all__ = [
     "Measurement",
     "BestConfig",
     "ApiToken",
+    "ClientMeasurement",
+    "ClientBestConfig",
 ]
 
 
@@ -267,3 +269,50 @@ class ApiToken(Base):
     scopes: Mapped[list[Any]] = mapped_column()
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class ClientMeasurement(Base):
+    """A config of a client's own kernel (e.g. a Triton autotune candidate), as the client
+    timed it. Kept apart from worker-verified measurements; ``op`` is ``triton:<hash>``."""
+
+    __tablename__ = "client_measurements"
+    __table_args__ = (Index("ix_client_measurements_key", "op", "key_text", "device_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    op: Mapped[str] = mapped_column(String(80))
+    kernel_name: Mapped[str] = mapped_column(String(200))
+    key: Mapped[dict[str, Any]] = mapped_column()
+    key_text: Mapped[str] = mapped_column(Text)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
+    config_name: Mapped[str] = mapped_column(String(300))
+    params: Mapped[dict[str, Any]] = mapped_column()
+    outcome: Mapped[str] = mapped_column(String(32))
+    median_us: Mapped[float | None] = mapped_column(Float, default=None)
+    p20_us: Mapped[float | None] = mapped_column(Float, default=None)
+    p80_us: Mapped[float | None] = mapped_column(Float, default=None)
+    log: Mapped[str] = mapped_column(Text, default="")
+    provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    #: the token that uploaded it (tokens are never deleted, only revoked)
+    token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ClientBestConfig(Base):
+    """The winner per client key; a separate table, so it cannot touch best_configs."""
+
+    __tablename__ = "client_best_configs"
+    __table_args__ = (
+        UniqueConstraint(
+            "op", "key_text", "device_id", "toolchain_id", name="uq_client_best_configs_key"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    op: Mapped[str] = mapped_column(String(80))
+    key_text: Mapped[str] = mapped_column(Text)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
+    measurement_id: Mapped[int] = mapped_column(ForeignKey("client_measurements.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

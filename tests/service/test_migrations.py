@@ -24,6 +24,8 @@ TABLES = {
     "measurements",
     "best_configs",
     "api_tokens",
+    "client_measurements",
+    "client_best_configs",
 }
 
 

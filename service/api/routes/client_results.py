@@ -1,0 +1,98 @@
+"""``/v1/client-results`` and ``/v1/client-configs/best``: configs of a client's own kernels
+(the Triton autotune drop-in) measured by the client, shared through the service.
+
+Uploads need a ``submit``-scope token and are stored as client-measured under their op
+family (``triton:<kernel hash>``), apart from worker-verified results, which they can never
+replace. Lookups answer with an ``ETag`` and honour ``If-None-Match`` (304).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse, Response
+from pydantic import TypeAdapter, ValidationError
+
+from service.api.deps import SessionDep, require_read, require_scope
+from service.errors import InvalidInput
+from service.schemas.client_results import (
+    CLIENT_OP_PATTERN,
+    ClientBestOut,
+    ClientKey,
+    ClientResultsIn,
+    ClientResultsOut,
+)
+from service.schemas.common import Backend
+from service.store.client_results import find_client_best, store_client_results
+from service.store.models import ApiToken
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["client results"])
+
+_KEY_ADAPTER: TypeAdapter[dict[str, Any]] = TypeAdapter(ClientKey)
+
+
+@router.post("/v1/client-results", response_model=ClientResultsOut)
+def upload_client_results(
+    body: ClientResultsIn,
+    session: SessionDep,
+    token: Annotated[ApiToken, Depends(require_scope("submit"))],
+) -> dict[str, Any]:
+    """Store a client's measurements of its kernel's configs for one key and keep the winner
+    (verified ``ok`` only; a stored winner stays unless the new one is > 2% faster)."""
+    answer = store_client_results(session, body, token.id)
+    session.commit()
+    return answer
+
+
+def _parse_key(text: str) -> dict[str, Any]:
+    try:
+        return _KEY_ADAPTER.validate_python(json.loads(text))
+    except (ValueError, ValidationError) as exc:
+        reason = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise InvalidInput(
+            ["query", "key"], f"must be a JSON object of scalars: {reason}"
+        ) from None
+
+
+def _etag(body: Any) -> str:
+    text = json.dumps(jsonable_encoder(body), sort_keys=True, separators=(",", ":"))
+    return f'"{hashlib.sha256(text.encode()).hexdigest()[:32]}"'
+
+
+def _matches(if_none_match: str | None, etag: str) -> bool:
+    if not if_none_match:
+        return False
+    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
+    return "*" in tags or etag in tags
+
+
+@router.get(
+    "/v1/client-configs/best",
+    response_model=ClientBestOut,
+    dependencies=[Depends(require_read)],
+    responses={
+        304: {"description": "unchanged since the ETag sent in If-None-Match"},
+        404: {"description": "no client-measured config for this key"},
+    },  # fmt: skip
+)
+def client_best(
+    request: Request,
+    session: SessionDep,
+    op: Annotated[str, Query(pattern=CLIENT_OP_PATTERN, max_length=80)],
+    key: Annotated[str, Query(max_length=8192, description="the autotune key as a JSON object")],
+    device: Annotated[str | None, Query(max_length=300)] = None,
+    backend: Backend | None = None,
+    toolchain: Annotated[str | None, Query(max_length=1000)] = None,
+) -> Response:
+    """The winner for ``key`` on ``device`` (a device key or part of a name)."""
+    answer = find_client_best(session, op, _parse_key(key), device, toolchain, backend)
+    etag = _etag(answer)
+    if _matches(request.headers.get("if-none-match"), etag):
+        return Response(status_code=304, headers={"ETag": etag})
+    return JSONResponse(jsonable_encoder(answer), headers={"ETag": etag})

@@ -1,0 +1,160 @@
+"""Client-measured results (the Triton autotune drop-in): store an upload, keep the winner per
+(op family, key, device, toolchain), answer lookups.
+
+They live in their own tables (``client_measurements``, ``client_best_configs``) under op
+families like ``triton:<kernel hash>``, which no built-in op can be named, so a client upload
+can never replace a worker-verified best config. The winner rule is the service's: only
+outcome ``ok`` wins, the fastest median, ties within TIE_BAND broken by config name, and a
+stored winner is replaced only by one more than TIE_BAND faster.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.errors import NotFound
+from service.schemas.client_results import ClientResultsIn, canonical_key
+from service.store.keys import device_row, insert_ignore, toolchain_row
+from service.store.lookup import find_devices
+from service.store.models import (
+    ClientBestConfig,
+    ClientMeasurement,
+    Device,
+    Toolchain,
+    utcnow,
+)
+from service.store.results import TIE_BAND
+from service.store.views import device_dict, toolchain_dict
+
+__all__ = ["store_client_results", "find_client_best", "client_best_dict"]
+
+log = logging.getLogger(__name__)
+
+
+def client_best_dict(
+    measurement: ClientMeasurement, device: Device, toolchain: Toolchain
+) -> dict[str, Any]:
+    return {
+        "op": measurement.op,
+        "kernel_name": measurement.kernel_name,
+        "key": measurement.key,
+        "config_name": measurement.config_name,
+        "params": measurement.params,
+        "median_us": measurement.median_us,
+        "p20_us": measurement.p20_us,
+        "p80_us": measurement.p80_us,
+        "device": device_dict(device),
+        "toolchain": toolchain_dict(toolchain),
+        "measured_at": measurement.created_at,
+        "source": "client",
+    }
+
+
+def _winner(rows: list[ClientMeasurement]) -> ClientMeasurement | None:
+    timed = [m for m in rows if m.outcome == "ok" and m.median_us is not None]
+    if not timed:
+        return None
+    best = min(m.median_us for m in timed if m.median_us is not None)
+    tied = [m for m in timed if m.median_us is not None and m.median_us <= best * (1 + TIE_BAND)]
+    return min(tied, key=lambda m: (m.config_name, m.id))
+
+
+def _upsert(session: Session, candidate: ClientMeasurement) -> str:
+    key = {
+        "op": candidate.op,
+        "key_text": candidate.key_text,
+        "device_id": candidate.device_id,
+        "toolchain_id": candidate.toolchain_id,
+    }
+    now = utcnow()
+    row = {**key, "measurement_id": candidate.id, "created_at": now, "updated_at": now}
+    insert_ignore(session, ClientBestConfig, [row])
+    query = select(ClientBestConfig).filter_by(**key)
+    if session.get_bind().dialect.name == "postgresql":
+        query = query.with_for_update()
+    best = session.scalars(query.execution_options(populate_existing=True)).one()
+    if best.measurement_id == candidate.id:
+        return "inserted"
+    current = session.get(ClientMeasurement, best.measurement_id)
+    current_median = current.median_us if current is not None else None
+    assert candidate.median_us is not None
+    if current_median is None or candidate.median_us < current_median * (1 - TIE_BAND):
+        best.measurement_id = candidate.id
+        best.updated_at = now
+        return "replaced"
+    return "kept"
+
+
+def store_client_results(
+    session: Session, body: ClientResultsIn, token_id: int | None
+) -> dict[str, Any]:
+    """Store every measurement of the upload and upsert the key's winner. The caller commits."""
+    device = device_row(session, **body.device.model_dump())
+    toolchain = toolchain_row(session, **body.toolchain.model_dump())
+    key_text = canonical_key(body.key)
+    rows = []
+    for item in body.measurements:
+        row = ClientMeasurement(
+            op=body.op,
+            kernel_name=body.kernel_name,
+            key=body.key,
+            key_text=key_text,
+            device_id=device.id,
+            toolchain_id=toolchain.id,
+            config_name=item.config_name,
+            params=item.params,
+            outcome=item.outcome,
+            median_us=item.median_us,
+            p20_us=item.p20_us,
+            p80_us=item.p80_us,
+            log=item.log,
+            provenance=body.provenance,
+            token_id=token_id,
+        )
+        session.add(row)
+        rows.append(row)
+    session.flush()
+    winner = _winner(rows)
+    outcome = _upsert(session, winner) if winner is not None else "none"
+    session.flush()
+    log.info("%s %s: %d client results, best %s", body.op, key_text, len(rows), outcome)
+    try:
+        best = find_client_best(session, body.op, body.key, device.key(), toolchain.key)
+    except NotFound:
+        best = None
+    return {"stored": len(rows), "best": best, "outcome": outcome}
+
+
+def find_client_best(
+    session: Session,
+    op: str,
+    key: dict[str, Any],
+    device: str | None,
+    toolchain: str | None = None,
+    backend: str | None = None,
+) -> dict[str, Any]:
+    """The exact key's winner on the device (a key or part of a name); with ``toolchain``
+    (its key, compiler or template version) only that toolchain, else the newest one.
+    Raises NotFound."""
+    devices = {d.id: d for d in find_devices(session, device, backend)}
+    rows = session.execute(
+        select(ClientBestConfig, ClientMeasurement, Toolchain)
+        .join(ClientMeasurement, ClientMeasurement.id == ClientBestConfig.measurement_id)
+        .join(Toolchain, Toolchain.id == ClientBestConfig.toolchain_id)
+        .where(
+            ClientBestConfig.op == op,
+            ClientBestConfig.key_text == canonical_key(key),
+            ClientBestConfig.device_id.in_(list(devices)),
+        )
+    ).all()
+    if toolchain is not None:
+        rows = [r for r in rows if toolchain in (r[2].key, r[2].compiler, r[2].template_version)]
+    if not rows:
+        where = f" on {device}" if device else ""
+        raise NotFound(f"{op} {canonical_key(key)}{where} has no client-measured config yet")
+    best, measurement, chosen = max(rows, key=lambda r: (r[2].created_at, r[2].id, r[0].id))
+    return client_best_dict(measurement, devices[best.device_id], chosen)
