@@ -1,0 +1,2 @@
+"""Drop-ins that let other tools use tunehub; each reaches the service only through
+:mod:`service.client` (and :mod:`service.schemas`): :mod:`service.integrations.triton`."""
