@@ -30,6 +30,12 @@ class Settings(BaseSettings):
     read_token_required: bool = False
     compile_workers: int = Field(default=0, ge=0)
     bench_seconds: float = Field(default=0.2, gt=0)
+    #: a benchmark file (the format of docs/benchmarks/h200.json): the web UI draws its vendor
+    #: figures beside GEMM/conv2d winners and its copy rate as the bandwidth ceiling
+    ui_benchmark_file: Path | None = None
+    #: device copy rate in GB/s by part of a device name, e.g. {"H200": 4125} (JSON in the
+    #: environment): the ceiling of the UI's bandwidth plots
+    copy_gbps: dict[str, float] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:

@@ -1,0 +1,115 @@
+"""From a job's measurements to chart data.
+
+Bandwidth ops (reduce, softmax): achieved GB/s against K, one line per variant family. A
+family is named by the params that do not vary with the problem (a param whose value changes
+for one variant id across problems is derived from the shape, so it cannot name a line), and
+of those the ones in LINE_AXES when any is present (pack x strategy for the CUDA row kernels,
+pack x algo for CPU softmax, pack for CPU reduce); each point is the family's best variant at
+that K (the other params, e.g. threads, are chosen per K like the tuner does).
+
+Compute ops (gemm, conv2d): TFLOP/s of every verified variant per shape, the winner marked,
+vendor baselines beside it when a benchmark file has them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from service.api.ui.svg import Bar, Series
+
+__all__ = [
+    "BANDWIDTH_OPS",
+    "LINE_AXES",
+    "problem_varying_params",
+    "line_params",
+    "bandwidth_series",
+    "shape_bars",
+    "problem_label",
+]
+
+BANDWIDTH_OPS = frozenset({"reduce", "softmax"})
+#: params that name a line of the bandwidth plot, when a family has them
+LINE_AXES = ("pack", "strategy", "algo")
+
+
+def problem_label(problem: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in problem.items())
+
+
+def _verified(measurements: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [m for m in measurements if m["outcome"] == "ok" and m.get("throughput")]
+
+
+def problem_varying_params(measurements: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Params whose value differs for the same variant id between problems."""
+    seen: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for m in measurements:
+        for name, value in m["params"].items():
+            seen[(m["variant_id"], name)].add(repr(value))
+    return {name for (_, name), values in seen.items() if len(values) > 1}
+
+
+def line_params(measurements: Sequence[Mapping[str, Any]]) -> list[str]:
+    varying = problem_varying_params(measurements)
+    stable = sorted({n for m in measurements for n in m["params"]} - varying)
+    preferred = [name for name in LINE_AXES if name in stable]
+    return preferred or stable
+
+
+def bandwidth_series(
+    measurements: Sequence[Mapping[str, Any]], x_dim: str = "k"
+) -> tuple[list[Series], list[str]]:
+    """Lines of best throughput against ``x_dim``, and the params that name the lines."""
+    verified = [m for m in _verified(measurements) if isinstance(m["problem"].get(x_dim), int)]
+    names = line_params(verified)
+    best: dict[tuple[str, ...], dict[int, Mapping[str, Any]]] = defaultdict(dict)
+    for m in verified:
+        label = tuple(f"{n}={m['params'].get(n, '-')}" for n in names)
+        x = m["problem"][x_dim]
+        current = best[label].get(x)
+        if current is None or m["throughput"] > current["throughput"]:
+            best[label][x] = m
+    series = []
+    for label in sorted(best):
+        points = [
+            (
+                float(x),
+                float(m["throughput"]),
+                f"{m['variant_name']} at {x_dim}={x}: {m['throughput']:.1f} {m['throughput_unit']}",
+            )  # fmt: skip
+            for x, m in best[label].items()
+        ]
+        series.append(Series(" ".join(label) or "all", points))
+    return series, names
+
+
+def shape_bars(
+    measurements: Sequence[Mapping[str, Any]],
+    winners: Mapping[str, str],
+    baselines: Mapping[str, tuple[dict[str, float], str]],
+) -> list[tuple[str, list[Bar], str]]:
+    """Per problem (label): a bar per verified variant (the winner marked) and per vendor
+    baseline; the unit. ``winners`` maps problem label to the winning variant id and
+    ``baselines`` problem label to (figures, unit)."""
+    by_problem: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for m in _verified(measurements):
+        by_problem[problem_label(m["problem"])].append(m)
+    charts = []
+    for label, rows in by_problem.items():
+        unit = rows[0]["throughput_unit"]
+        bars = [
+            Bar(
+                m["variant_name"],
+                float(m["throughput"]),
+                "winner" if winners.get(label) == m["variant_id"] else "variant",
+                "(winner)" if winners.get(label) == m["variant_id"] else "",
+            )
+            for m in rows
+        ]
+        figures, figure_unit = baselines.get(label, ({}, ""))
+        if figures and figure_unit == unit:
+            bars += [Bar(f"vendor: {name}", value, "baseline") for name, value in figures.items()]
+        charts.append((label, bars, unit))
+    return charts
