@@ -2,7 +2,8 @@
 
 Every user error (bad dims, unknown op, unreachable server, refused token) prints one line to
 stderr and exits 2; ``best`` exits 1 when the shape is not tuned yet; a tune whose job fails
-exits 1. Tracebacks are for bugs only.
+exits 1; ``query`` documents its own (service/cli/query.py: 0, 1, 2, 3). Tracebacks are for
+bugs only.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from service.cli.common import (
 )
 from service.cli.ops import best_app, tune_app
 from service.cli.output import jobs_table
+from service.cli.query import query_command
 from service.client import ClientError
 from service.errors import ServiceError
 from service.settings import get_settings
@@ -57,6 +59,7 @@ app.add_typer(tune_app, name="tune")
 app.add_typer(best_app, name="best")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(token_app, name="token")
+app.command("query")(query_command)
 
 # -- jobs -----------------------------------------------------------------------------------
 

@@ -36,6 +36,8 @@ class QueryAnswer:
     error: str | None
     stale: bool = False
     confirmed_at: datetime | None = None
+    #: the service could not answer (the config, if any, is from the cache)
+    unreachable: bool = False
 
 
 def best_params(query: ConfigQuery) -> dict[str, Any]:

@@ -304,9 +304,9 @@ class TunehubClient:
         key = request_key("GET", "/v1/configs/best", best_params(query))
         entry = self.cache.get(key) if self.cache is not None else None
         if entry is None:
-            return QueryAnswer(query, None, f"{error}; no cached answer")
+            return QueryAnswer(query, None, f"{error}; no cached answer", unreachable=True)
         config = self._parse(BestConfigOut, entry.body, "GET", "/v1/configs/best")
-        return QueryAnswer(query, config, None, True, entry.confirmed_at)
+        return QueryAnswer(query, config, None, True, entry.confirmed_at, unreachable=True)
 
     def client_best(
         self,
