@@ -1,6 +1,7 @@
 """Time to first result of the Triton autotune drop-in, on a GPU host (not a test).
 
-    python3 bench/triton_dropin.py --out DIR
+    python3 bench/triton_dropin.py --out DIR                 # on the GPU host
+    python3 bench/triton_dropin.py --out DIR --device cpu    # Triton's CPU interpreter
 
 Starts ``tunehub serve`` (SQLite, no local worker) on this host, then runs fresh Python
 processes that each launch a row-softmax Triton kernel (fp16, 4096 rows, n_cols 1024, 4096,
@@ -15,7 +16,10 @@ processes that each launch a row-softmax Triton kernel (fp16, 4096 rows, n_cols 
 
 Each shape's time to first result runs from the launch call to the synchronized output
 (lookup, benchmarking, JIT compiles and the run); every output is checked against
-torch.softmax. Writes DIR/triton_dropin.json and prints a table.
+torch.softmax. Writes DIR/triton_dropin.json and prints a table. With ``--device cpu`` the
+same runs use Triton's interpreter (TRITON_INTERPRET=1, 64 rows, n_cols 256 and 1024, timed
+with a wall clock): a check of the flow across processes, not a performance figure; the
+plain ``triton.autotune`` reference needs CUDA events and is left out.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ SHAPES = (1024, 4096, 16384)
 PORT = 8799
 
 
-def child(mode: str) -> None:
+def child(mode: str, device: str) -> None:
     started = time.perf_counter()
     import torch
     import triton
@@ -64,15 +68,18 @@ def child(mode: str) -> None:
         tl.store(out_ptr + row * row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
     shapes = []
-    for n_cols in SHAPES:
-        x = torch.randn(ROWS, n_cols, device="cuda", dtype=torch.float16)
+    rows, sizes = (ROWS, SHAPES) if device == "cuda" else (64, (256, 1024))
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    for n_cols in sizes:
+        x = torch.randn(rows, n_cols, device=device, dtype=dtype)
         out = torch.empty_like(x)
-        torch.cuda.synchronize()
+        sync()
         start = time.perf_counter()
-        row_softmax[(ROWS,)](out, x, x.stride(0), n_cols, BLOCK=triton.next_power_of_2(n_cols))
-        torch.cuda.synchronize()
+        row_softmax[(rows,)](out, x, x.stride(0), n_cols, BLOCK=triton.next_power_of_2(n_cols))
+        sync()
         seconds = time.perf_counter() - start
-        expected = torch.softmax(x.float(), dim=-1).half()
+        expected = torch.softmax(x.float(), dim=-1).to(dtype)
         row: dict[str, Any] = {
             "n_cols": n_cols,
             "first_result_s": round(seconds, 4),
@@ -90,16 +97,18 @@ def child(mode: str) -> None:
         "mode": mode,
         "import_s": round(imported, 3),
         "process_s": round(time.perf_counter() - started, 3),
-        "device": torch.cuda.get_device_name(),
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (interpreter)",
         "triton": triton.__version__,
         "torch": torch.__version__,
         "shapes": shapes,
     }))  # fmt: skip
 
 
-def run_child(name: str, mode: str, env: dict[str, str], log: Path) -> dict[str, Any]:
+def run_child(name: str, mode: str, env: dict[str, str], log: Path, device: str) -> dict[str, Any]:
+    if device == "cpu":
+        env = {**env, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", mode],
+        [sys.executable, __file__, "--child", mode, "--device", device],
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     log.write_text(proc.stderr)
@@ -112,9 +121,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path("/tmp/triton-dropin"))
     parser.add_argument("--child", choices=("tunehub", "triton"))
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = parser.parse_args()
     if args.child:
-        child(args.child)
+        child(args.child, args.device)
         return
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="th-dropin-"))
@@ -148,15 +158,18 @@ def main() -> None:
                 "TRITON_CACHE_DIR": str(work / f"triton-{name}"),
             }
 
-        runs = [run_child("first", "tunehub", env("first"), args.out / "first.log")]
-        runs.append(run_child("second", "tunehub", env("second"), args.out / "second.log"))
+        dev = args.device
+        runs = [run_child("first", "tunehub", env("first"), args.out / "first.log", dev)]
+        runs.append(run_child("second", "tunehub", env("second"), args.out / "second.log", dev))
     finally:
         server.terminate()
         server.wait(timeout=30)
     offline = {**env("second"), "TRITON_CACHE_DIR": str(work / "triton-offline")}
-    runs.append(run_child("offline", "tunehub", offline, args.out / "offline.log"))
-    runs.append(run_child("triton", "triton", env("triton"), args.out / "triton.log"))
-    meta = {"date": time.strftime("%Y-%m-%d"), "command": "python3 bench/triton_dropin.py"}
+    runs.append(run_child("offline", "tunehub", offline, args.out / "offline.log", dev))
+    if dev == "cuda":
+        runs.append(run_child("triton", "triton", env("triton"), args.out / "triton.log", dev))
+    command = "python3 bench/triton_dropin.py" + (" --device cpu" if dev == "cpu" else "")
+    meta = {"date": time.strftime("%Y-%m-%d"), "command": command}
     (args.out / "triton_dropin.json").write_text(json.dumps({**meta, "runs": runs}, indent=1))
     print(f"{'run':8} {'n_cols':>6} {'source':16} {'bench':>5} {'first s':>8} ok  config")
     for run in runs:
