@@ -34,8 +34,13 @@ from tuner.render import render_variant  # noqa: E402
 from tuner.spaces.cuda_conv2d import CudaConv2dSpace  # noqa: E402
 from tuner.spaces.cuda_gemm import CudaGemmSpace  # noqa: E402
 
-SM90_FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "-gencode=arch=compute_90a,code=sm_90a",
-              "--expt-relaxed-constexpr")
+SM90_FLAGS = (
+    "-std=c++17",
+    "-O3",
+    "-DNDEBUG",
+    "-gencode=arch=compute_90a,code=sm_90a",
+    "--expt-relaxed-constexpr",
+)
 L2_BYTES = 60 * 1024 * 1024
 
 #: (op, dtype, layout, variant name) built and measured by this script
@@ -57,8 +62,10 @@ VARIANTS: tuple[tuple[str, str, str, str], ...] = (
 
 PROBLEMS: dict[str, tuple[Problem, ...]] = {
     "gemm": (
-        GemmProblem(8192, 8192, 8192), GemmProblem(4096, 11008, 4096),
-        GemmProblem(128, 4096, 4096), GemmProblem(16, 4096, 4096),
+        GemmProblem(8192, 8192, 8192),
+        GemmProblem(4096, 11008, 4096),
+        GemmProblem(128, 4096, 4096),
+        GemmProblem(16, 4096, 4096),
     ),
     "conv2d": (  # ResNet-50 layers, batch 32
         Conv2dProblem(32, 56, 56, 64, 64, 3, 3, pad=1),
@@ -94,8 +101,13 @@ def _find_params(op: str, dtype: str, layout: str, name: str) -> dict[str, Any]:
     raise SystemExit(f"{name} is not in the {op} space")
 
 
-def build(cache_dir: Path, jobs: int, only: list[str], compile_missing: bool = True,
-          identity: str | None = None) -> dict[str, Any]:
+def build(
+    cache_dir: Path,
+    jobs: int,
+    only: list[str],
+    compile_missing: bool = True,
+    identity: str | None = None,
+) -> dict[str, Any]:
     """Compile the set into the cache (or, without ``compile_missing``, only record in the
     manifest what the cache already holds). Names already built in the manifest are kept."""
     cache_dir = cache_dir.resolve()  # the compiler runs inside the staging folder
@@ -116,22 +128,48 @@ def build(cache_dir: Path, jobs: int, only: list[str], compile_missing: bool = T
         includes = _include_dirs()
 
         def argv(src: Path, out: Path, flags: Any) -> list[str]:
-            return ["nvcc", *flags, *[f"-I{d}" for d in includes], "-shared", "-Xcompiler",
-                    "-fPIC", str(src), "-o", str(out)]
+            return [
+                "nvcc",
+                *flags,
+                *[f"-I{d}" for d in includes],
+                "-shared",
+                "-Xcompiler",
+                "-fPIC",
+                str(src),
+                "-o",
+                str(out),
+            ]
 
-        results = build_variants(cache, [v for *_, v in variants], argv,
-                                 source_name="kernel.cu", workers=jobs, timeout_s=900)
+        results = build_variants(
+            cache,
+            [v for *_, v in variants],
+            argv,
+            source_name="kernel.cu",
+            workers=jobs,
+            timeout_s=900,
+        )
     else:
-        results = build_variants(cache, [v for *_, v in variants], lambda *a: [],
-                                 source_name="kernel.cu", workers=1, timeout_s=1)
+        results = build_variants(
+            cache,
+            [v for *_, v in variants],
+            lambda *a: [],
+            source_name="kernel.cu",
+            workers=1,
+            timeout_s=1,
+        )
     manifest["_identity"] = identity
     for op, dtype, layout, variant in variants:
         res = results[variant.id]
         entry = cache.entry(variant.id)
         manifest[variant.name] = {
-            "op": op, "dtype": dtype, "layout": layout, "id": variant.id, "ok": res.ok,
+            "op": op,
+            "dtype": dtype,
+            "layout": layout,
+            "id": variant.id,
+            "ok": res.ok,
             "artifact": str((entry / "kernel.so").relative_to(cache_dir)) if res.ok else None,
-            "compile_s": round(res.seconds, 1), "params": variant.params,
+            "compile_s": round(res.seconds, 1),
+            "params": variant.params,
         }
         state = "ok" if res.ok else "FAILED"
         print(f"{variant.name}: {state} ({res.seconds:.0f} s{', cached' if res.cached else ''})")
@@ -148,8 +186,12 @@ def build(cache_dir: Path, jobs: int, only: list[str], compile_missing: bool = T
 def _gpu_state() -> dict[str, str]:
     fields = "clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_throttle_reasons.active"
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         values = (s.strip() for s in out.stdout.split(","))
         return dict(zip(fields.split(","), values, strict=False))
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -163,8 +205,13 @@ class Loaded:
         self.lib.tunehub_workspace_bytes.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
         self.lib.tunehub_workspace_bytes.restype = ctypes.c_size_t
         self.lib.tunehub_run.argtypes = [
-            ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int,
-            ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_int64),
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
         ]
         self.lib.tunehub_describe.restype = ctypes.c_char_p
 
@@ -278,14 +325,25 @@ def run(cache_dir: Path, out_dir: Path) -> None:
         for op, problems in PROBLEMS.items():
             names = [n for n, e in manifest.items() if not n.startswith("_") and e["op"] == op]
             for problem in problems:
-                for dtype, layout in sorted({(manifest[n]["dtype"], manifest[n]["layout"])
-                                             for n in names}):
-                    rows += _measure_group(torch, manifest, cache_dir, op, dtype, layout, problem,
-                                           gen, log)
+                for dtype, layout in sorted(
+                    {(manifest[n]["dtype"], manifest[n]["layout"]) for n in names}
+                ):
+                    rows += _measure_group(
+                        torch, manifest, cache_dir, op, dtype, layout, problem, gen, log
+                    )
     state_after = _gpu_state()
-    (out_dir / "gpu_state.json").write_text(json.dumps(
-        {"before": state_before, "after": state_after, "device": torch.cuda.get_device_name(),
-         "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=1))
+    (out_dir / "gpu_state.json").write_text(
+        json.dumps(
+            {
+                "before": state_before,
+                "after": state_after,
+                "device": torch.cuda.get_device_name(),
+                "torch": torch.__version__,
+                "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            },
+            indent=1,
+        )
+    )
     print(f"{'problem':34} {'variant':48} {'outcome':8} {'us':>9} {'TFLOP/s':>8}")
     for r in rows:
         us = f"{r['median_us']:.1f}" if r.get("median_us") else "-"
@@ -294,8 +352,17 @@ def run(cache_dir: Path, out_dir: Path) -> None:
     print("gpu before:", state_before, "\ngpu after:", state_after)
 
 
-def _measure_group(torch: Any, manifest: dict[str, Any], cache_dir: Path, op: str, dtype: str,
-                   layout: str, problem: Problem, gen: Any, log: Any) -> list[dict]:
+def _measure_group(
+    torch: Any,
+    manifest: dict[str, Any],
+    cache_dir: Path,
+    op: str,
+    dtype: str,
+    layout: str,
+    problem: Problem,
+    gen: Any,
+    log: Any,
+) -> list[dict]:
     tdt = torch.float16 if dtype == "f16" else torch.bfloat16
     set_bytes = sum(2 * n for n in problem.operand_sizes().values())
     n_sets = max(1, min(8, math.ceil(2 * L2_BYTES / set_bytes)))
@@ -342,12 +409,24 @@ def _measure_group(torch: Any, manifest: dict[str, Any], cache_dir: Path, op: st
         ptrs = [ctypes.cast(arr, ctypes.c_void_p) for arr in arrays]
         status = {"rc": 0}
 
-        def launch(i: int, lib: Any = lib, ptrs: Any = ptrs, workspace: Any = workspace,
-                   ws_bytes: int = ws_bytes, status: dict = status) -> None:
+        def launch(
+            i: int,
+            lib: Any = lib,
+            ptrs: Any = ptrs,
+            workspace: Any = workspace,
+            ws_bytes: int = ws_bytes,
+            status: dict = status,
+        ) -> None:
             # the current stream, not a fixed one: graph capture runs on a side stream
-            rc = lib.tunehub_run(ptrs[i], ctypes.c_void_p(outs[i].data_ptr()), dims,
-                                 len(dims_list), ctypes.c_void_p(workspace.data_ptr()), ws_bytes,
-                                 ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+            rc = lib.tunehub_run(
+                ptrs[i],
+                ctypes.c_void_p(outs[i].data_ptr()),
+                dims,
+                len(dims_list),
+                ctypes.c_void_p(workspace.data_ptr()),
+                ws_bytes,
+                ctypes.c_void_p(torch.cuda.current_stream().cuda_stream),
+            )
             status["rc"] = status["rc"] or rc
 
         outs[0].fill_(float("nan"))
@@ -357,25 +436,40 @@ def _measure_group(torch: Any, manifest: dict[str, Any], cache_dir: Path, op: st
             emit({**row, "outcome": "runtime_error", "code": status["rc"]})
             continue
         ok, max_err, msg = _verify(torch, outs[0], expected, dtype, problem.reduction_length())
-        row.update({"max_abs_error": max_err, "verify": msg, "workspace_bytes": ws_bytes,
-                    "describe": lib.tunehub_describe().decode()})
+        row.update(
+            {
+                "max_abs_error": max_err,
+                "verify": msg,
+                "workspace_bytes": ws_bytes,
+                "describe": lib.tunehub_describe().decode(),
+            }
+        )
         if not ok:
             emit({**row, "outcome": "wrong_result"})
             continue
         samples = _time(torch, launch, n_sets)
-        emit({**row, "outcome": "ok" if not status["rc"] else "runtime_error",
-              **_stats(samples), "n_sets": n_sets})
+        emit(
+            {
+                **row,
+                "outcome": "ok" if not status["rc"] else "runtime_error",
+                **_stats(samples),
+                "n_sets": n_sets,
+            }
+        )
 
     emit(_vendor_row(torch, op, layout, problem, sets, outs, n_sets))
     return rows
 
 
-def _vendor_row(torch: Any, op: str, layout: str, problem: Problem, sets: list, outs: list,
-                n_sets: int) -> dict[str, Any]:
+def _vendor_row(
+    torch: Any, op: str, layout: str, problem: Problem, sets: list, outs: list, n_sets: int
+) -> dict[str, Any]:
     if op == "gemm":
+
         def launch(i: int) -> None:
             a, b = sets[i]
             torch.matmul(a, b.t() if layout[1] == "c" else b, out=outs[i])
+
         name = "torch.matmul (cuBLAS)"
     else:
         p = problem
@@ -384,8 +478,10 @@ def _vendor_row(torch: Any, op: str, layout: str, problem: Problem, sets: list, 
         ws = [s[1].permute(0, 3, 1, 2) for s in sets]
 
         def launch(i: int) -> None:
-            torch.nn.functional.conv2d(xs[i], ws[i], stride=p.stride, padding=p.pad,
-                                       dilation=p.dilation)
+            torch.nn.functional.conv2d(
+                xs[i], ws[i], stride=p.stride, padding=p.pad, dilation=p.dilation
+            )
+
         name = "F.conv2d channels_last (cuDNN)"
     return {"variant": name, "outcome": "ok", **_stats(_time(torch, launch, n_sets))}
 

@@ -48,30 +48,42 @@ CHECKS: tuple[tuple[str, str, dict[str, Any]], ...] = (
 def all_variants(backend: CudaBackend, op: str, dtype: str, arch: str) -> list[Any]:
     space = load_space(op, "cuda")
     return [
-        render_variant(space, params, dtype, "row", arch, backend.base_flags(arch),
-                       backend.compiler_identity())
+        render_variant(
+            space, params, dtype, "row", arch, backend.base_flags(arch), backend.compiler_identity()
+        )
         for params in space.enumerate(dtype, "row", arch)
     ]
 
 
 def summary(result: BenchResult) -> dict[str, Any]:
     return {
-        "name": result.variant_name, "outcome": result.outcome.value,
+        "name": result.variant_name,
+        "outcome": result.outcome.value,
         "median_us": result.timing.median_us if result.timing else None,
         "p20_us": result.timing.p20_us if result.timing else None,
         "p80_us": result.timing.p80_us if result.timing else None,
         "reps": result.timing.reps if result.timing else 0,
-        "throughput": result.throughput, "unit": result.throughput_unit,
-        "suspect": result.suspect, "log": result.log[-300:],
-        "batch": result.provenance.get("batch"), "graph": result.provenance.get("cuda_graph"),
+        "throughput": result.throughput,
+        "unit": result.throughput_unit,
+        "suspect": result.suspect,
+        "log": result.log[-300:],
+        "batch": result.provenance.get("batch"),
+        "graph": result.provenance.get("cuda_graph"),
         "input_sets": result.provenance.get("input_sets"),
         "sm_clock_mhz": (result.provenance.get("nvml_after") or {}).get("sm_clock_mhz"),
         "suspect_reasons": result.provenance.get("suspect_reasons", []),
     }
 
 
-def measure_problem(backend: CudaBackend, arch: str, op: str, dtype: str, dims: dict[str, Any],
-                    variants: dict[str, Any], limit: int | None = None) -> list[BenchResult]:
+def measure_problem(
+    backend: CudaBackend,
+    arch: str,
+    op: str,
+    dtype: str,
+    dims: dict[str, Any],
+    variants: dict[str, Any],
+    limit: int | None = None,
+) -> list[BenchResult]:
     problem = ReduceProblem(**dims) if op == "reduce" else SoftmaxProblem(**dims)
     request = TuneRequest(op=op, dtype=dtype, layout="row", problem=problem, backend="cuda")
     space = load_space(op, "cuda")
@@ -85,8 +97,12 @@ def measure_problem(backend: CudaBackend, arch: str, op: str, dtype: str, dims: 
         if not built.ok or built.artifact is None:
             log.error("%s did not compile: %s", variant.name, built.log[-500:])
             continue
-        result = backend.run(variant, built.artifact, request,
-                             best * backend.config.abort_slower_than if best else None)
+        result = backend.run(
+            variant,
+            built.artifact,
+            request,
+            best * backend.config.abort_slower_than if best else None,
+        )
         if result.ok and result.timing and (best is None or result.timing.median_us < best):
             best = result.timing.median_us
         results.append(result)
@@ -109,16 +125,25 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     started = time.monotonic()
-    config = EngineConfig(cache_dir=args.cache, warmup_seconds=args.warmup_s,
-                          bench_seconds=args.bench_s, run_timeout_s=60.0, min_reps=10,
-                          compile_timeout_s=300.0)
+    config = EngineConfig(
+        cache_dir=args.cache,
+        warmup_seconds=args.warmup_s,
+        bench_seconds=args.bench_s,
+        run_timeout_s=60.0,
+        min_reps=10,
+        compile_timeout_s=300.0,
+    )
     backend = CudaBackend(config)
     report: dict[str, Any] = {"compiler": backend.compiler_identity(), "sweep": {}, "checks": []}
     device = None
     if not args.build_only:
         device = backend.device()
-        report["device"] = {"key": device.key(), "driver": device.driver,
-                            "runtime": device.runtime, **device.extra}
+        report["device"] = {
+            "key": device.key(),
+            "driver": device.driver,
+            "runtime": device.runtime,
+            **device.extra,
+        }
     arch = args.arch or (device.arch if device else "sm_90")
     ops = args.ops.split(",")
     variants: dict[tuple[str, str], dict[str, Any]] = {}
@@ -131,13 +156,22 @@ def main() -> int:
                 continue
             builds = backend.build(vs)
             failed = [v.name for v in vs if not builds[v.id].ok]
-            log.info("%s %s: %d variants built, %d failed %s (%.0f s)", op, dtype, len(vs),
-                     len(failed), failed[:5], time.monotonic() - started)
+            log.info(
+                "%s %s: %d variants built, %d failed %s (%.0f s)",
+                op,
+                dtype,
+                len(vs),
+                len(failed),
+                failed[:5],
+                time.monotonic() - started,
+            )
             for name in failed[:2]:
                 variant = variants[(op, dtype)][name]
                 log.error("%s:\n%s", name, builds[variant.id].log[-2000:])
             report.setdefault("build", {})[f"{op}_{dtype}"] = {
-                "variants": len(vs), "failed": failed}
+                "variants": len(vs),
+                "failed": failed,
+            }
     if args.build_only:
         Path(args.out).write_text(json.dumps(report, indent=1))
         return 0 if not any(b["failed"] for b in report["build"].values()) else 1
@@ -146,11 +180,11 @@ def main() -> int:
     log.info("device copy: %s GB/s", report["copy_gb_per_s"])
     for op, dtype, dims in CHECKS:
         results = measure_problem(backend, arch, op, dtype, dims, variants[(op, dtype)], limit=8)
-        report["checks"].append({"op": op, "dtype": dtype, "dims": dims,
-                                 "results": [summary(r) for r in results]})
+        report["checks"].append(
+            {"op": op, "dtype": dtype, "dims": dims, "results": [summary(r) for r in results]}
+        )
         bad = [(r.variant_name, r.outcome.value, r.log[:200]) for r in results if not r.ok]
-        log.info("check %s %s %s: %d ok, bad %s", op, dtype, dims,
-                 sum(r.ok for r in results), bad)
+        log.info("check %s %s %s: %d ok, bad %s", op, dtype, dims, sum(r.ok for r in results), bad)
     elem = ELEMENT_SIZE[args.dtype]
     sweep = [(k, op) for k in (int(x) for x in args.ks.split(",")) for op in ops]
     for k, op in sweep:
@@ -160,25 +194,41 @@ def main() -> int:
         dims: dict[str, Any] = {"m": args.elements // k, "k": k}
         if op == "reduce":
             dims["kind"] = "sum"
-        results = measure_problem(backend, arch, op, args.dtype, dims,
-                                  variants[(op, args.dtype)])
+        results = measure_problem(backend, arch, op, args.dtype, dims, variants[(op, args.dtype)])
         winner = pick_winner(results, config.tie_band)
         problem = ReduceProblem(**dims) if op == "reduce" else SoftmaxProblem(**dims)
-        baseline = backend.request({"cmd": "torch_baseline", "op": op, "dtype": args.dtype,
-                                    "layout": "row", "problem": dims, "seed": 0}, 120.0)
+        baseline = backend.request(
+            {
+                "cmd": "torch_baseline",
+                "op": op,
+                "dtype": args.dtype,
+                "layout": "row",
+                "problem": dims,
+                "seed": 0,
+            },
+            120.0,
+        )
         samples = sorted(baseline.get("samples_us") or [0.0])
         torch_us = samples[len(samples) // 2]
         torch_gbs = problem.bytes_moved(elem) / torch_us / 1e3 if torch_us else None
         report["sweep"][f"{op}_k{k}"] = {
-            "dims": dims, "candidates": len(results),
+            "dims": dims,
+            "candidates": len(results),
             "winner": summary(winner) if winner else None,
-            "torch_us": torch_us, "torch_gb_per_s": torch_gbs,
+            "torch_us": torch_us,
+            "torch_gb_per_s": torch_gbs,
             "results": [summary(r) for r in results],
         }
-        log.info("%s k=%d: best %s %.0f GB/s (torch %.0f GB/s), %d candidates, %d not ok",
-                 op, k, winner.variant_name if winner else None,
-                 (winner.throughput or 0) if winner else 0, torch_gbs or 0, len(results),
-                 sum(not r.ok for r in results))
+        log.info(
+            "%s k=%d: best %s %.0f GB/s (torch %.0f GB/s), %d candidates, %d not ok",
+            op,
+            k,
+            winner.variant_name if winner else None,
+            (winner.throughput or 0) if winner else 0,
+            torch_gbs or 0,
+            len(results),
+            sum(not r.ok for r in results),
+        )
         Path(args.out).write_text(json.dumps(report, indent=1))
     report["seconds"] = time.monotonic() - started
     Path(args.out).write_text(json.dumps(report, indent=1))

@@ -47,25 +47,40 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    config = EngineConfig(cache_dir=args.cache_dir, compile_workers=args.workers,
-                          compile_timeout_s=900)
+    config = EngineConfig(
+        cache_dir=args.cache_dir, compile_workers=args.workers, compile_timeout_s=900
+    )
     backend = CudaBackend(config)
-    request = TuneRequest(op=args.op, dtype=args.dtype, layout=args.layout, backend="cuda",
-                          problem=problem_from_dict(args.op, parse_dims(args.problem)),
-                          budget=Budget(max_variants=args.max_variants))
+    request = TuneRequest(
+        op=args.op,
+        dtype=args.dtype,
+        layout=args.layout,
+        backend="cuda",
+        problem=problem_from_dict(args.op, parse_dims(args.problem)),
+        budget=Budget(max_variants=args.max_variants),
+    )
     space = load_space(args.op, "cuda")
     candidates, _ = candidate_params(request, args.arch, "cuda")
     variants = [
-        render_variant(space, params, args.dtype, args.layout, args.arch,
-                       backend.base_flags(args.arch), backend.compiler_identity())
+        render_variant(
+            space,
+            params,
+            args.dtype,
+            args.layout,
+            args.arch,
+            backend.base_flags(args.arch),
+            backend.compiler_identity(),
+        )
         for params in candidates[: args.max_variants]
     ]
     started = time.monotonic()
     results = backend.build(variants)
     failed = [v.name for v in variants if not results[v.id].ok]
     cached = sum(1 for r in results.values() if r.cached)
-    print(f"{len(variants)} variants ({cached} already cached), {len(failed)} failed, "
-          f"{time.monotonic() - started:.0f} s; failed: {failed}")
+    print(
+        f"{len(variants)} variants ({cached} already cached), {len(failed)} failed, "
+        f"{time.monotonic() - started:.0f} s; failed: {failed}"
+    )
     return 0
 
 

@@ -56,8 +56,9 @@ OUT = REPO / "docs" / "benchmarks" / "tuning-cost.md"
 COMMAND = ".venv/bin/python bench/tuning_cost.py"
 
 
-def evaluations_to_near_optimum(strategy: Strategy, scores: Sequence[float | None],
-                                batch: int, band: float = NEAR_OPTIMUM) -> int:
+def evaluations_to_near_optimum(
+    strategy: Strategy, scores: Sequence[float | None], batch: int, band: float = NEAR_OPTIMUM
+) -> int:
     """Evaluations the strategy makes (asking ``batch`` at a time, told the recorded scores)
     until it has measured a candidate within ``band`` of the best recorded score."""
     best = min(s for s in scores if s is not None)
@@ -101,18 +102,28 @@ def recorded_scores(result: ProblemResult, candidates: list[Params]) -> list[flo
     return scores
 
 
-def replay(label: str, result: ProblemResult, backend: CpuBackend, seeds: int,
-           batch: int, many_seeds: int = MANY_SEEDS) -> SpaceReplay:
+def replay(
+    label: str,
+    result: ProblemResult,
+    backend: CpuBackend,
+    seeds: int,
+    batch: int,
+    many_seeds: int = MANY_SEEDS,
+) -> SpaceReplay:
     request = result.request
     candidates, _ = candidate_params(request, backend.device().arch, backend.name)
     scores = recorded_scores(result, candidates)
-    winner = min((r for r in result.results if r.ok and r.timing),
-                 key=lambda r: r.timing.median_us if r.timing else 0.0)
+    winner = min(
+        (r for r in result.results if r.ok and r.timing),
+        key=lambda r: r.timing.median_us if r.timing else 0.0,
+    )
     assert winner.timing is not None
 
     def counts(cls: type[Strategy], how_many: int) -> list[int]:
-        return [evaluations_to_near_optimum(cls(candidates, seed=s), scores, batch)
-                for s in range(how_many)]
+        return [
+            evaluations_to_near_optimum(cls(candidates, seed=s), scores, batch)
+            for s in range(how_many)
+        ]
 
     return SpaceReplay(
         label=label,
@@ -129,15 +140,24 @@ def replay(label: str, result: ProblemResult, backend: CpuBackend, seeds: int,
     )
 
 
-def timed_tune(request: TuneRequest, backend: CpuBackend, config: EngineConfig
-               ) -> tuple[ProblemResult, float]:
+def timed_tune(
+    request: TuneRequest, backend: CpuBackend, config: EngineConfig
+) -> tuple[ProblemResult, float]:
     started = time.monotonic()
     result = tune(request, backend, config)
     return result, time.monotonic() - started
 
 
-def render_report(cold: ProblemResult, cold_s: float, warm: ProblemResult, warm_s: float,
-                  replays: list[SpaceReplay], config: EngineConfig, batch: int, seeds: int) -> str:
+def render_report(
+    cold: ProblemResult,
+    cold_s: float,
+    warm: ProblemResult,
+    warm_s: float,
+    replays: list[SpaceReplay],
+    config: EngineConfig,
+    batch: int,
+    seeds: int,
+) -> str:
     device = cold.device
     speedup = cold_s / warm_s
     compile_s = sum(r.compile_seconds for r in cold.results)
@@ -211,8 +231,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--bench-seconds", type=float, default=0.2)
-    parser.add_argument("--scores-json", type=Path, default=None,
-                        help="also save every recorded (params, score) of part (b) here")
+    parser.add_argument(
+        "--scores-json",
+        type=Path,
+        default=None,
+        help="also save every recorded (params, score) of part (b) here",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
@@ -221,9 +245,11 @@ def main() -> int:
         batch = config.compile_workers or os.cpu_count() or 1
         backend = CpuBackend(config)
         try:
+
             def gemm(problem: Problem) -> TuneRequest:
-                return TuneRequest(op="gemm", dtype="f32", layout="rcr", problem=problem,
-                                   strategy="exhaustive")
+                return TuneRequest(
+                    op="gemm", dtype="f32", layout="rcr", problem=problem, strategy="exhaustive"
+                )
 
             log.info("cold gemm tuning of %s", COLD_SHAPE.key())
             cold, cold_s = timed_tune(gemm(COLD_SHAPE), backend, config)
@@ -231,17 +257,30 @@ def main() -> int:
             warm, warm_s = timed_tune(gemm(WARM_SHAPE), backend, config)
             log.info("warm: %.1f s; exhaustive softmax %s", warm_s, SOFTMAX_SHAPE.key())
             softmax, _ = timed_tune(
-                TuneRequest(op="softmax", dtype="f32", layout="row", problem=SOFTMAX_SHAPE,
-                            strategy="exhaustive"), backend, config)
-            replays = [replay("cpu gemm f32 rcr", warm, backend, args.seeds, batch),
-                       replay("cpu softmax f32", softmax, backend, args.seeds, batch)]
-            report = render_report(cold, cold_s, warm, warm_s, replays, config, batch,
-                                   args.seeds)
+                TuneRequest(
+                    op="softmax",
+                    dtype="f32",
+                    layout="row",
+                    problem=SOFTMAX_SHAPE,
+                    strategy="exhaustive",
+                ),
+                backend,
+                config,
+            )
+            replays = [
+                replay("cpu gemm f32 rcr", warm, backend, args.seeds, batch),
+                replay("cpu softmax f32", softmax, backend, args.seeds, batch),
+            ]
+            report = render_report(cold, cold_s, warm, warm_s, replays, config, batch, args.seeds)
         finally:
             backend.close()
     if args.scores_json:
-        args.scores_json.write_text(json.dumps(
-            {rep.label: {"params": rep.params, "scores": rep.scores} for rep in replays}, indent=1))
+        args.scores_json.write_text(
+            json.dumps(
+                {rep.label: {"params": rep.params, "scores": rep.scores} for rep in replays},
+                indent=1,
+            )
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report)
     log.info("wrote %s", args.out)

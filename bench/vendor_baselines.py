@@ -19,17 +19,40 @@ __all__ = ["gemm_baselines", "softmax_baselines", "reduce_baselines", "conv2d_ba
 _GEMM_CONFIGS = [
     triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP": 8}, num_stages=s, num_warps=w)
     for bm, bn, bk, s, w in [
-        (128, 256, 64, 3, 8), (64, 256, 32, 4, 4), (128, 128, 32, 4, 4), (128, 64, 32, 4, 4),
-        (64, 128, 32, 4, 4), (128, 32, 32, 4, 4), (64, 32, 32, 5, 2), (32, 64, 32, 5, 2),
-        (128, 256, 64, 4, 8), (256, 128, 64, 3, 8),
+        (128, 256, 64, 3, 8),
+        (64, 256, 32, 4, 4),
+        (128, 128, 32, 4, 4),
+        (128, 64, 32, 4, 4),
+        (64, 128, 32, 4, 4),
+        (128, 32, 32, 4, 4),
+        (64, 32, 32, 5, 2),
+        (32, 64, 32, 5, 2),
+        (128, 256, 64, 4, 8),
+        (256, 128, 64, 3, 8),
     ]
 ]
 
 
 @triton.autotune(configs=_GEMM_CONFIGS, key=["M", "N", "K"])
 @triton.jit
-def _matmul_kernel(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn,
-                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
+def _matmul_kernel(
+    a,
+    b,
+    c,
+    M,
+    N,
+    K,
+    sam,
+    sak,
+    sbk,
+    sbn,
+    scm,
+    scn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP: tl.constexpr,
+):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(N, BN)
@@ -64,12 +87,25 @@ def _triton_matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
     def grid(meta: dict) -> tuple[int]:
         return (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)
 
-    _matmul_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                         c.stride(0), c.stride(1))
+    _matmul_kernel[grid](
+        a,
+        b,
+        c,
+        m,
+        n,
+        k,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        c.stride(1),
+    )
 
 
-@triton.autotune(configs=[triton.Config({}, num_warps=w) for w in (1, 2, 4, 8, 16, 32)],
-                 key=["N", "BLOCK"])
+@triton.autotune(
+    configs=[triton.Config({}, num_warps=w) for w in (1, 2, 4, 8, 16, 32)], key=["N", "BLOCK"]
+)
 @triton.jit
 def _softmax_kernel(x, y, stride, N, BLOCK: tl.constexpr):
     row = tl.program_id(0)
@@ -107,8 +143,9 @@ def reduce_baselines(x: torch.Tensor, y: torch.Tensor) -> dict[str, Callable[[],
     return {"torch": lambda: torch.sum(x, dim=1, out=y)}
 
 
-def conv2d_baselines(x_nchw_cl: torch.Tensor, w_cl: torch.Tensor, stride: int, pad: int,
-                     dilation: int) -> dict[str, Callable[[], None]]:
+def conv2d_baselines(
+    x_nchw_cl: torch.Tensor, w_cl: torch.Tensor, stride: int, pad: int, dilation: int
+) -> dict[str, Callable[[], None]]:
     """cuDNN through torch, channels_last tensors (NHWC in memory)."""
     f = torch.nn.functional.conv2d
     return {"cudnn": lambda: f(x_nchw_cl, w_cl, stride=stride, padding=pad, dilation=dilation)}

@@ -32,11 +32,23 @@ from tuner.reference import ELEMENT_SIZE  # noqa: E402
 from tuner.stats import throughput  # noqa: E402
 from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
 
-GEMM = [(8192, 8192, 8192), (4096, 11008, 4096), (4096, 4096, 11008), (8192, 1024, 8192),
-        (128, 4096, 4096), (16, 4096, 4096), (1024, 1024, 1024)]
+GEMM = [
+    (8192, 8192, 8192),
+    (4096, 11008, 4096),
+    (4096, 4096, 11008),
+    (8192, 1024, 8192),
+    (128, 4096, 4096),
+    (16, 4096, 4096),
+    (1024, 1024, 1024),
+]
 CONV = [  # ResNet-50 layers, batch 32: (h=w, c, k, r=s)
-    (56, 64, 64, 3), (28, 128, 128, 3), (14, 256, 256, 3), (7, 512, 512, 3),
-    (56, 256, 64, 1), (56, 64, 256, 1)]
+    (56, 64, 64, 3),
+    (28, 128, 128, 3),
+    (14, 256, 256, 3),
+    (7, 512, 512, 3),
+    (56, 256, 64, 1),
+    (56, 64, 256, 1),
+]
 ROW_KS = [32 << i for i in range(11)]  # 32 .. 32768, M*K = 2^28
 
 
@@ -45,8 +57,21 @@ def suite_problems(suite: str, quick: bool) -> list[dict[str, Any]]:
         shapes = GEMM[:2] + GEMM[4:6] if quick else GEMM
         return [{"m": m, "n": n, "k": k} for m, n, k in shapes]
     if suite == "conv2d":
-        return [{"n": 32, "h": h, "w": h, "c": c, "k": k, "r": r, "s": r, "stride": 1,
-                 "pad": r // 2, "dilation": 1} for h, c, k, r in (CONV[:2] if quick else CONV)]
+        return [
+            {
+                "n": 32,
+                "h": h,
+                "w": h,
+                "c": c,
+                "k": k,
+                "r": r,
+                "s": r,
+                "stride": 1,
+                "pad": r // 2,
+                "dilation": 1,
+            }
+            for h, c, k, r in (CONV[:2] if quick else CONV)
+        ]
     ks = ROW_KS[::3] if quick else ROW_KS
     extra = {"kind": "sum"} if suite == "reduce" else {}
     return [{"m": (1 << 28) // k, "k": k, **extra} for k in ks]
@@ -62,9 +87,15 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig) -> list[dict[str,
             layout = "rcr" if suite == "gemm" else "nhwc" if suite == "conv2d" else "row"
             budget = Budget(max_variants=args.max_variants.get(suite))
             for dims in suite_problems(suite, args.quick):
-                request = TuneRequest(op=suite, dtype="f16", layout=layout,
-                                      problem=problem_from_dict(suite, dict(dims)),
-                                      backend="cuda", strategy="exhaustive", budget=budget)
+                request = TuneRequest(
+                    op=suite,
+                    dtype="f16",
+                    layout=layout,
+                    problem=problem_from_dict(suite, dict(dims)),
+                    backend="cuda",
+                    strategy="exhaustive",
+                    budget=budget,
+                )
                 started = time.monotonic()
                 result = tune(request, backend, config)
                 seconds = time.monotonic() - started
@@ -73,19 +104,35 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig) -> list[dict[str,
                     outcomes[r.outcome.value] = outcomes.get(r.outcome.value, 0) + 1
                 win = result.winner
                 hit = backend.cache.lookup(win.variant_id) if win else None
-                rows.append({
-                    "suite": suite, "problem": dims, "layout": layout, "tune_seconds": seconds,
-                    "candidates": len(result.results), "outcomes": outcomes,
-                    "compile_seconds": sum(r.compile_seconds for r in result.results),
-                    "winner": win.variant_name if win else None,
-                    "winner_params": win.params if win else None,
-                    "winner_tuned_us": win.timing.median_us if win and win.timing else None,
-                    "artifact": str(hit.artifact) if hit and hit.artifact else None,
-                    "failures": [{"name": r.variant_name, "outcome": r.outcome.value,
-                                  "log": r.log[-300:]} for r in result.results if not r.ok][:5],
-                })
-                print(f"[tune] {suite} {dims} -> {rows[-1]['winner']} "
-                      f"{rows[-1]['winner_tuned_us']} us in {seconds:.1f}s {outcomes}", flush=True)
+                rows.append(
+                    {
+                        "suite": suite,
+                        "problem": dims,
+                        "layout": layout,
+                        "tune_seconds": seconds,
+                        "candidates": len(result.results),
+                        "outcomes": outcomes,
+                        "compile_seconds": sum(r.compile_seconds for r in result.results),
+                        "winner": win.variant_name if win else None,
+                        "winner_params": win.params if win else None,
+                        "winner_tuned_us": win.timing.median_us if win and win.timing else None,
+                        "artifact": str(hit.artifact) if hit and hit.artifact else None,
+                        "failures": [
+                            {
+                                "name": r.variant_name,
+                                "outcome": r.outcome.value,
+                                "log": r.log[-300:],
+                            }
+                            for r in result.results
+                            if not r.ok
+                        ][:5],
+                    }
+                )
+                print(
+                    f"[tune] {suite} {dims} -> {rows[-1]['winner']} "
+                    f"{rows[-1]['winner_tuned_us']} us in {seconds:.1f}s {outcomes}",
+                    flush=True,
+                )
     finally:
         backend.close()
     return rows
@@ -106,9 +153,19 @@ def phase_compare(rows: list[dict[str, Any]]) -> float:
     copy_gbps = harness.copy({"bytes": 1 << 30})["gb_per_s"]
     print(f"[compare] device copy {copy_gbps:.0f} GB/s", flush=True)
     for row in rows:
-        req = {"cmd": "run", "op": row["suite"], "dtype": "f16", "layout": row["layout"],
-               "problem": row["problem"], "seed": 0, "warmup_s": 0.1, "bench_s": 0.3,
-               "min_samples": 10, "max_samples": 10_000, "abort_us": None}
+        req = {
+            "cmd": "run",
+            "op": row["suite"],
+            "dtype": "f16",
+            "layout": row["layout"],
+            "problem": row["problem"],
+            "seed": 0,
+            "warmup_s": 0.1,
+            "bench_s": 0.3,
+            "min_samples": 10,
+            "max_samples": 10_000,
+            "abort_us": None,
+        }
         times: dict[str, float] = {}
         if row["artifact"]:
             try:
@@ -120,8 +177,15 @@ def phase_compare(rows: list[dict[str, Any]]) -> float:
         work = harness.workload_for(req)
         for name, launch in _baseline_launches(vb, row, work).items():
             try:
-                run = harness.wl.time_launches(launch, len(work.inputs), warmup_s=0.1, bench_s=0.3,
-                                               min_samples=10, max_samples=10_000, abort_us=None)
+                run = harness.wl.time_launches(
+                    launch,
+                    len(work.inputs),
+                    warmup_s=0.1,
+                    bench_s=0.3,
+                    min_samples=10,
+                    max_samples=10_000,
+                    abort_us=None,
+                )
                 times[name] = _median(run.samples_us)
             except Exception as exc:  # a baseline that fails is reported, the run goes on
                 row.setdefault("baseline_errors", {})[name] = f"{type(exc).__name__}: {exc}"[:300]
@@ -151,8 +215,10 @@ def _baseline_launches(vb: Any, row: dict[str, Any], work: Any) -> dict[str, Any
 
 def _metrics(row: dict[str, Any], times: dict[str, float], copy_gbps: float) -> tuple[dict, str]:
     problem = problem_from_dict(row["suite"], dict(row["problem"]))
-    metric = {name: throughput(problem, ELEMENT_SIZE["f16"], median_us)[0]
-              for name, median_us in times.items()}
+    metric = {
+        name: throughput(problem, ELEMENT_SIZE["f16"], median_us)[0]
+        for name, median_us in times.items()
+    }
     if problem.flops() > 0:
         return metric, "TFLOP/s"
     return {**metric, "copy": copy_gbps}, "GB/s"
@@ -180,38 +246,60 @@ def _suite_table(srows: list[dict[str, Any]]) -> list[str]:
             else:
                 rel.append("-")
         dims = ",".join(f"{k}={v}" for k, v in r["problem"].items() if k in "mnkhc")
-        row = [dims, f"`{r['winner']}`", f"{own:.0f}" if own else "-", *cells, *rel,
-               f"{r['tune_seconds']:.0f}"]
+        row = [
+            dims,
+            f"`{r['winner']}`",
+            f"{own:.0f}" if own else "-",
+            *cells,
+            *rel,
+            f"{r['tune_seconds']:.0f}",
+        ]
         lines.append("| " + " | ".join(row) + " |")
-    geo = ", ".join(f"vs {n}: {_geomean(v):.2f}x (min {min(v):.2f}x)"
-                    for n, v in ratios.items() if v)
+    geo = ", ".join(
+        f"vs {n}: {_geomean(v):.2f}x (min {min(v):.2f}x)" for n, v in ratios.items() if v
+    )
     return [*lines, "", f"Geomean {geo}.", ""]
 
 
-def write_report(out: Path, rows: list[dict[str, Any]], copy_gbps: float,
-                 meta: dict[str, Any]) -> None:
+def write_report(
+    out: Path, rows: list[dict[str, Any]], copy_gbps: float, meta: dict[str, Any]
+) -> None:
     out.mkdir(parents=True, exist_ok=True)
     payload = {"meta": meta, "copy_gbps": copy_gbps, "rows": rows}
     (out / "h200.json").write_text(json.dumps(payload, indent=1, default=str))
-    lines = [f"# tunehub vs vendor libraries on {meta['device']}", "",
-             f"Date: {meta['date']}. Command: `{meta['command']}`. Device copy (read+write): "
-             f"{copy_gbps:.0f} GB/s, measured in the same run. Every figure is a median over "
-             "batches of back-to-back launches in a CUDA graph, input sets rotated through >= 2x "
-             "L2, CUDA events; tunehub winners and baselines are timed interleaved per shape "
-             "in one process, on the same inputs (bench/vs_vendor.py).", ""]
+    lines = [
+        f"# tunehub vs vendor libraries on {meta['device']}",
+        "",
+        f"Date: {meta['date']}. Command: `{meta['command']}`. Device copy (read+write): "
+        f"{copy_gbps:.0f} GB/s, measured in the same run. Every figure is a median over "
+        "batches of back-to-back launches in a CUDA graph, input sets rotated through >= 2x "
+        "L2, CUDA events; tunehub winners and baselines are timed interleaved per shape "
+        "in one process, on the same inputs (bench/vs_vendor.py).",
+        "",
+    ]
     for suite in dict.fromkeys(r["suite"] for r in rows):
         srows = [r for r in rows if r["suite"] == suite]
         lines += [f"## {suite} (f16, {srows[0].get('unit', '')})", "", *_suite_table(srows)]
-    lines += [f"Tuning wall time of the whole run: {meta['tune_wall_seconds']:.0f} s; `tune s` is "
-              "per problem, compiles included (later shapes reuse the compiled variants).", "",
-              "![plot](h200.png)", ""]
+    lines += [
+        f"Tuning wall time of the whole run: {meta['tune_wall_seconds']:.0f} s; `tune s` is "
+        "per problem, compiles included (later shapes reuse the compiled variants).",
+        "",
+        "![plot](h200.png)",
+        "",
+    ]
     (out / "h200.md").write_text("\n".join(lines))
     _plot(out / "h200.png", rows)
 
 
 #: one color per implementation in every panel
-_COLORS = {"tunehub": "tab:red", "copy": "tab:gray", "torch": "tab:orange", "cublas": "tab:blue",
-           "cudnn": "tab:blue", "triton": "tab:green"}
+_COLORS = {
+    "tunehub": "tab:red",
+    "copy": "tab:gray",
+    "torch": "tab:orange",
+    "cublas": "tab:blue",
+    "cudnn": "tab:blue",
+    "triton": "tab:green",
+}
 
 
 def _short(suite: str, p: dict[str, Any]) -> str:
@@ -225,6 +313,7 @@ def _short(suite: str, p: dict[str, Any]) -> str:
 def _plot(path: Path, rows: list[dict[str, Any]]) -> None:
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -235,10 +324,15 @@ def _plot(path: Path, rows: list[dict[str, Any]]) -> None:
         srows = [r for r in rows if r["suite"] == suite and r.get("metric")]
         names = sorted({k for r in srows for k in r["metric"]})
         for name in names:
-            ax.plot(range(len(srows)), [r["metric"].get(name, float("nan")) for r in srows],
-                    marker="o", label=name, color=_COLORS.get(name),
-                    linewidth=2.5 if name == "tunehub" else 1.2,
-                    linestyle="--" if name == "copy" else "-")
+            ax.plot(
+                range(len(srows)),
+                [r["metric"].get(name, float("nan")) for r in srows],
+                marker="o",
+                label=name,
+                color=_COLORS.get(name),
+                linewidth=2.5 if name == "tunehub" else 1.2,
+                linestyle="--" if name == "copy" else "-",
+            )
         ax.set_title(f"{suite} ({srows[0]['unit'] if srows else ''})")
         ax.set_xticks(range(len(srows)))
         ax.set_xticklabels([_short(suite, r["problem"]) for r in srows], rotation=45, fontsize=7)
@@ -263,8 +357,14 @@ def main() -> int:
         return 0
     args.suites = [s for s in args.suites.split(",") if s]
     args.max_variants = {"gemm": args.gemm_variants, "conv2d": args.conv_variants}
-    config = EngineConfig(cache_dir=args.cache_dir, bench_seconds=args.bench_seconds,
-                          warmup_seconds=0.02, min_reps=10, compile_timeout_s=300, run_timeout_s=60)
+    config = EngineConfig(
+        cache_dir=args.cache_dir,
+        bench_seconds=args.bench_seconds,
+        warmup_seconds=0.02,
+        min_reps=10,
+        compile_timeout_s=300,
+        run_timeout_s=60,
+    )
     started = time.monotonic()
     rows = phase_tune(args, config)
     tune_wall = time.monotonic() - started
@@ -273,9 +373,13 @@ def main() -> int:
     copy_gbps = phase_compare(rows)
     import torch
 
-    meta = {"device": torch.cuda.get_device_name(0), "date": dt.date.today().isoformat(),
-            "command": "python3 " + " ".join(sys.argv), "tune_wall_seconds": tune_wall,
-            "torch": torch.__version__}
+    meta = {
+        "device": torch.cuda.get_device_name(0),
+        "date": dt.date.today().isoformat(),
+        "command": "python3 " + " ".join(sys.argv),
+        "tune_wall_seconds": tune_wall,
+        "torch": torch.__version__,
+    }
     write_report(args.out, rows, copy_gbps, meta)
     print(f"wrote {args.out}/h200.md (tuning {tune_wall:.0f}s)", flush=True)
     return 0

@@ -41,8 +41,9 @@ class CachedBuild:
 
 
 class CompileCache:
-    def __init__(self, root: str | os.PathLike[str], max_bytes: int = 2 << 30,
-                 artifact_name: str = "kernel") -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], max_bytes: int = 2 << 30, artifact_name: str = "kernel"
+    ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
@@ -106,8 +107,12 @@ def _read(path: Path) -> str:
 
 
 def _compile_one(
-    cache: CompileCache, variant: Variant, make_argv: ArgvFactory, source_name: str,
-    timeout_s: float, env: dict[str, str] | None,
+    cache: CompileCache,
+    variant: Variant,
+    make_argv: ArgvFactory,
+    source_name: str,
+    timeout_s: float,
+    env: dict[str, str] | None,
 ) -> CompileResult:
     started = time.monotonic()
     staged = cache.staging_dir()
@@ -116,12 +121,26 @@ def _compile_one(
     artifact = staged / cache.artifact_name
     argv = make_argv(source, artifact, variant.flags)
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                              cwd=staged, env=env, check=False)
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=staged,
+            env=env,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         shutil.rmtree(staged, ignore_errors=True)
-        return CompileResult(variant.id, False, None, time.monotonic() - started, False,
-                             f"compile timed out after {timeout_s:.0f} s", timed_out=True)
+        return CompileResult(
+            variant.id,
+            False,
+            None,
+            time.monotonic() - started,
+            False,
+            f"compile timed out after {timeout_s:.0f} s",
+            timed_out=True,
+        )
     except OSError as exc:  # compiler missing: an infrastructure failure, reported per variant
         shutil.rmtree(staged, ignore_errors=True)
         return CompileResult(variant.id, False, None, time.monotonic() - started, False, str(exc))
@@ -137,8 +156,14 @@ def _compile_one(
     if final is None:  # should not happen; treat as failure rather than crash
         return CompileResult(variant.id, False, None, seconds, False, text)
     log.debug("compiled %s in %.1fs -> %s", variant.name, seconds, entry)
-    return CompileResult(variant.id, final.ok, str(final.artifact) if final.artifact else None,
-                         seconds, False, final.log)
+    return CompileResult(
+        variant.id,
+        final.ok,
+        str(final.artifact) if final.artifact else None,
+        seconds,
+        False,
+        final.log,
+    )
 
 
 def build_variants(

@@ -1,8 +1,8 @@
 """Where the CUTLASS C++ headers are: the ``nvidia-cutlass`` pip package ships them.
 
-    cutlass_include_dirs()  -> (".../cutlass_library/source/include",
-                                ".../cutlass_library/source/tools/util/include")
-    cutlass_version()       -> "4.2.0.0" (for the toolchain key), or "" when not installed
+cutlass_include_dirs()  -> (".../cutlass_library/source/include",
+                            ".../cutlass_library/source/tools/util/include")
+cutlass_version()       -> "4.2.0.0" (for the toolchain key), or "" when not installed
 """
 
 from __future__ import annotations

@@ -130,7 +130,16 @@ class Conv2dProblem(Problem):
 
     op: ClassVar[str] = "conv2d"
     dim_names: ClassVar[tuple[str, ...]] = (
-        "n", "h", "w", "c", "k", "r", "s", "stride", "pad", "dilation",
+        "n",
+        "h",
+        "w",
+        "c",
+        "k",
+        "r",
+        "s",
+        "stride",
+        "pad",
+        "dilation",
     )
     n: int
     h: int

@@ -54,13 +54,19 @@ def render_variant(
     The template version covers the shared headers beside the template (``_*``), which a
     rendered source may only name in an ``#include``: editing one gives every variant a new id.
     """
-    source = template_environment(root).get_template(space.template_for(params)).render(
-        **space.render_context(params, dtype, layout)
+    source = (
+        template_environment(root)
+        .get_template(space.template_for(params))
+        .render(**space.render_context(params, dtype, layout))
     )
     flags = tuple(base_flags) + tuple(space.flags(params, arch))
     digest = hashlib.sha256()
-    for part in (source, "\0".join(flags), compiler_identity,
-                 template_version(space.template, root)):
+    for part in (
+        source,
+        "\0".join(flags),
+        compiler_identity,
+        template_version(space.template, root),
+    ):
         digest.update(part.encode())
         digest.update(b"\0")
     return Variant(

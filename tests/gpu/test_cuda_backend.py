@@ -32,8 +32,12 @@ ABI = (TEMPLATES_DIR / "cuda" / "_tunehub_abi.cuh").read_text()
 
 @pytest.fixture
 def backend(tmp_path: Path) -> Iterator[CudaBackend]:
-    config = EngineConfig(cache_dir=str(tmp_path / "cache"), run_timeout_s=20.0,
-                          bench_seconds=0.02, warmup_seconds=0.01)
+    config = EngineConfig(
+        cache_dir=str(tmp_path / "cache"),
+        run_timeout_s=20.0,
+        bench_seconds=0.02,
+        warmup_seconds=0.01,
+    )
     cuda = CudaBackend(config, harness_python=sys.executable)
     yield cuda
     cuda.close()
@@ -46,13 +50,22 @@ def _request(op: str, dtype: str, dims: dict) -> TuneRequest:
 
 def _space_variant(backend: CudaBackend, op: str, dtype: str, params: dict) -> Variant:
     arch = backend.device().arch
-    return render_variant(load_space(op, "cuda"), params, dtype, "row", arch,
-                          backend.base_flags(arch), backend.compiler_identity())
+    return render_variant(
+        load_space(op, "cuda"),
+        params,
+        dtype,
+        "row",
+        arch,
+        backend.base_flags(arch),
+        backend.compiler_identity(),
+    )
 
 
 def _raw_variant(backend: CudaBackend, name: str, body: str) -> Variant:
     """A reduce-ABI kernel with a hand-written launch body (for failure tests)."""
-    source = ABI + f"""
+    source = (
+        ABI
+        + f"""
 __global__ void broken(float* y, int64_t m) {{ {body} }}
 TUNEHUB_EXPORT int tunehub_can_run(const int64_t*, int n) {{ return n == 3 ? 0 : 1; }}
 TUNEHUB_EXPORT size_t tunehub_workspace_bytes(const int64_t*, int) {{ return 0; }}
@@ -63,6 +76,7 @@ TUNEHUB_EXPORT int tunehub_run(const void* const*, void* out, const int64_t* dim
 }}
 TUNEHUB_EXPORT const char* tunehub_describe(void) {{ return "{name}"; }}
 """
+    )
     flags = backend.base_flags(backend.device().arch)
     digest = hashlib.sha256((source + "".join(flags)).encode()).hexdigest()
     return Variant("reduce", name, {}, source, flags, digest)
@@ -83,18 +97,38 @@ def test_device_is_described(backend: CudaBackend) -> None:
     assert device.extra.get("l2_bytes", 0) > 0
 
 
-@pytest.mark.parametrize(("op", "dtype", "dims", "params"), [
-    ("reduce", "f16", {"m": 4097, "k": 1024, "kind": "sum"},
-     {"pack": 8, "strategy": "group", "group": 4, "threads": 256}),
-    ("reduce", "bf16", {"m": 333, "k": 520, "kind": "max"},
-     {"pack": 4, "strategy": "block", "group": 128, "threads": 128}),
-    ("softmax", "f16", {"m": 1001, "k": 2048},
-     {"pack": 8, "strategy": "warp", "group": 32, "threads": 128, "mode": "reg"}),
-    ("softmax", "f32", {"m": 77, "k": 50000},
-     {"pack": 4, "strategy": "block", "group": 512, "threads": 512, "mode": "2pass"}),
-])
-def test_variant_verifies_and_is_timed(backend: CudaBackend, op: str, dtype: str, dims: dict,
-                                       params: dict) -> None:
+@pytest.mark.parametrize(
+    ("op", "dtype", "dims", "params"),
+    [
+        (
+            "reduce",
+            "f16",
+            {"m": 4097, "k": 1024, "kind": "sum"},
+            {"pack": 8, "strategy": "group", "group": 4, "threads": 256},
+        ),
+        (
+            "reduce",
+            "bf16",
+            {"m": 333, "k": 520, "kind": "max"},
+            {"pack": 4, "strategy": "block", "group": 128, "threads": 128},
+        ),
+        (
+            "softmax",
+            "f16",
+            {"m": 1001, "k": 2048},
+            {"pack": 8, "strategy": "warp", "group": 32, "threads": 128, "mode": "reg"},
+        ),
+        (
+            "softmax",
+            "f32",
+            {"m": 77, "k": 50000},
+            {"pack": 4, "strategy": "block", "group": 512, "threads": 512, "mode": "2pass"},
+        ),
+    ],
+)
+def test_variant_verifies_and_is_timed(
+    backend: CudaBackend, op: str, dtype: str, dims: dict, params: dict
+) -> None:
     variant = _space_variant(backend, op, dtype, params)
     result = backend.run(variant, _build(backend, variant), _request(op, dtype, dims))
     assert result.outcome is Outcome.OK, result.log
@@ -104,20 +138,27 @@ def test_variant_verifies_and_is_timed(backend: CudaBackend, op: str, dtype: str
 
 
 def test_refused_shape_is_a_runtime_error(backend: CudaBackend) -> None:
-    variant = _space_variant(backend, "softmax", "f16", {"pack": 8, "strategy": "warp",
-                                                         "group": 32, "threads": 128,
-                                                         "mode": "reg"})
+    variant = _space_variant(
+        backend,
+        "softmax",
+        "f16",
+        {"pack": 8, "strategy": "warp", "group": 32, "threads": 128, "mode": "reg"},
+    )
     # k = 65536 does not fit in registers: the kernel's tunehub_can_run says so
-    result = backend.run(variant, _build(backend, variant),
-                         _request("softmax", "f16", {"m": 4, "k": 65536}))
+    result = backend.run(
+        variant, _build(backend, variant), _request("softmax", "f16", {"m": 4, "k": 65536})
+    )
     assert result.outcome is Outcome.RUNTIME_ERROR
     assert "tunehub_can_run" in result.log
 
 
 def test_untouched_output_is_a_wrong_result(backend: CudaBackend) -> None:
     variant = _raw_variant(backend, "writes_nothing", "")
-    result = backend.run(variant, _build(backend, variant),
-                         _request("reduce", "f32", {"m": 64, "k": 64, "kind": "sum"}))
+    result = backend.run(
+        variant,
+        _build(backend, variant),
+        _request("reduce", "f32", {"m": 64, "k": 64, "kind": "sum"}),
+    )
     assert result.outcome is Outcome.WRONG_RESULT
     assert "non-finite" in result.log
 
@@ -127,26 +168,36 @@ def test_fault_is_reported_and_the_harness_recovers(backend: CudaBackend) -> Non
     request = _request("reduce", "f32", {"m": 64, "k": 64, "kind": "sum"})
     result = backend.run(fault, _build(backend, fault), request)
     assert result.outcome is Outcome.RUNTIME_ERROR
-    good = _space_variant(backend, "reduce", "f32", {"pack": 4, "strategy": "warp", "group": 32,
-                                                     "threads": 128})
+    good = _space_variant(
+        backend, "reduce", "f32", {"pack": 4, "strategy": "warp", "group": 32, "threads": 128}
+    )
     assert backend.run(good, _build(backend, good), request).outcome is Outcome.OK
 
 
 def test_hang_times_out_and_the_harness_recovers(tmp_path: Path) -> None:
-    config = EngineConfig(cache_dir=str(tmp_path / "cache"), run_timeout_s=4.0,
-                          bench_seconds=0.02, warmup_seconds=0.01)
+    config = EngineConfig(
+        cache_dir=str(tmp_path / "cache"),
+        run_timeout_s=4.0,
+        bench_seconds=0.02,
+        warmup_seconds=0.01,
+    )
     backend = CudaBackend(config, harness_python=sys.executable)
     try:
         # spins 10 s of wall time (bounded, so a kill that waits for the kernel still ends)
-        hang = _raw_variant(backend, "hangs", """
+        hang = _raw_variant(
+            backend,
+            "hangs",
+            """
   unsigned long long start, now;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
   do { __nanosleep(1000); asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); }
   while (now - start < 10000000000ULL);
-  y[threadIdx.x] = 0.0f;""")
+  y[threadIdx.x] = 0.0f;""",
+        )
         request = _request("reduce", "f32", {"m": 32, "k": 32, "kind": "sum"})
-        good = _space_variant(backend, "reduce", "f32", {"pack": 1, "strategy": "group",
-                                                         "group": 2, "threads": 128})
+        good = _space_variant(
+            backend, "reduce", "f32", {"pack": 1, "strategy": "group", "group": 2, "threads": 128}
+        )
         good_artifact = _build(backend, good)
         assert backend.run(hang, _build(backend, hang), request).outcome is Outcome.TIMEOUT
         assert backend.run(good, good_artifact, request).outcome is Outcome.OK

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 def tiny_variant(body: str, flags: tuple[str, ...] = ("-O0",)) -> Variant:
     source = f"int main() {{ {body} return 0; }}\n"
     digest = hashlib.sha256((source + "\0".join(flags)).encode()).hexdigest()
-    return Variant(op="test", name=f"tiny_{digest[:6]}", params={}, source=source,
-                   flags=flags, id=digest)
+    return Variant(
+        op="test", name=f"tiny_{digest[:6]}", params={}, source=source, flags=flags, id=digest
+    )
 
 
 def gxx_argv(source: Path, output: Path, flags: Sequence[str]) -> list[str]:
@@ -31,8 +32,9 @@ def gxx_argv(source: Path, output: Path, flags: Sequence[str]) -> list[str]:
 def build(
     cache: CompileCache, variants: list[Variant], workers: int = 2
 ) -> dict[str, CompileResult]:
-    return build_variants(cache, variants, gxx_argv, source_name="k.cpp", workers=workers,
-                          timeout_s=60.0)
+    return build_variants(
+        cache, variants, gxx_argv, source_name="k.cpp", workers=workers, timeout_s=60.0
+    )
 
 
 def test_second_build_is_a_cache_hit(tmp_path: Path) -> None:

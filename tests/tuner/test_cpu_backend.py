@@ -30,8 +30,16 @@ def backend(cache_dir: Path) -> Iterator[CpuBackend]:
 
 def broken_variant(backend: CpuBackend, mode: str) -> Variant:
     arch = backend.device().arch
-    return render_variant(BrokenSpace(mode), {"mode": mode}, "f32", "row", arch,
-                          backend.base_flags(arch), backend.compiler_identity(), root=BROKEN_ROOT)
+    return render_variant(
+        BrokenSpace(mode),
+        {"mode": mode},
+        "f32",
+        "row",
+        arch,
+        backend.base_flags(arch),
+        backend.compiler_identity(),
+        root=BROKEN_ROOT,
+    )
 
 
 def reduce_request(m: int = 4, k: int = 100, kind: str = "sum") -> TuneRequest:
@@ -120,8 +128,15 @@ def test_inputs_are_reused_across_variants(backend: CpuBackend) -> None:
 def test_ok_and_aborted_runs(backend: CpuBackend) -> None:
     space = CpuReduceSpace()
     arch = backend.device().arch
-    variant = render_variant(space, {"pack": 4, "acc": 1, "unroll": 1}, "f32", "row", arch,
-                             backend.base_flags(arch), backend.compiler_identity())
+    variant = render_variant(
+        space,
+        {"pack": 4, "acc": 1, "unroll": 1},
+        "f32",
+        "row",
+        arch,
+        backend.base_flags(arch),
+        backend.compiler_identity(),
+    )
     built = backend.build([variant])[variant.id]
     assert built.ok and built.artifact
     request = reduce_request(m=16, k=1024)

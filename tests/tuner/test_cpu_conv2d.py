@@ -71,8 +71,13 @@ def test_every_variant_renders_for_every_dtype() -> None:
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuBackend]:
-    config = EngineConfig(cache_dir=str(tmp_path_factory.mktemp("conv-cache")),
-                          bench_seconds=0.005, warmup_seconds=0.0, min_reps=2, max_reps=5)
+    config = EngineConfig(
+        cache_dir=str(tmp_path_factory.mktemp("conv-cache")),
+        bench_seconds=0.005,
+        warmup_seconds=0.0,
+        min_reps=2,
+        max_reps=5,
+    )
     cpu = CpuBackend(config)
     yield cpu
     cpu.close()
@@ -95,12 +100,14 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("dtype", "params"), CASES,
-                         ids=[SPACE.name(p, d, "nhwc") for d, p in CASES])
+@pytest.mark.parametrize(
+    ("dtype", "params"), CASES, ids=[SPACE.name(p, d, "nhwc") for d, p in CASES]
+)
 def test_one_build_verifies_on_every_shape(backend: CpuBackend, dtype: str, params: Params) -> None:
     arch = backend.device().arch
-    variant = render_variant(SPACE, params, dtype, "nhwc", arch, backend.base_flags(arch),
-                             backend.compiler_identity())
+    variant = render_variant(
+        SPACE, params, dtype, "nhwc", arch, backend.base_flags(arch), backend.compiler_identity()
+    )
     built = backend.build([variant])[variant.id]
     assert built.ok, built.log
     assert built.artifact is not None

@@ -68,8 +68,9 @@ def test_prune_drops_blocks_that_act_like_a_smaller_one() -> None:
     mcs = {(p["mr"], p["mc"]) for p in packed}
     assert (4, 64) in mcs and (4, 96) not in mcs and (4, 192) not in mcs
     assert (6, 96) in mcs and (6, 192) not in mcs  # 64 is not a multiple of 6
-    reason = SPACE.prune({"mr": 4, "nr": 8, "mc": 192, "kc": 128, "nc": 2048, "packed": True},
-                         small, "f32", "rcr")
+    reason = SPACE.prune(
+        {"mr": 4, "nr": 8, "mc": 192, "kc": 128, "nc": 2048, "packed": True}, small, "f32", "rcr"
+    )
     assert reason is not None and "mc=64" in reason
     assert any(not p["packed"] for p in kept)
 
@@ -93,8 +94,13 @@ def test_every_variant_renders_for_every_dtype_and_layout() -> None:
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuBackend]:
-    config = EngineConfig(cache_dir=str(tmp_path_factory.mktemp("gemm-cache")),
-                          bench_seconds=0.005, warmup_seconds=0.0, min_reps=2, max_reps=5)
+    config = EngineConfig(
+        cache_dir=str(tmp_path_factory.mktemp("gemm-cache")),
+        bench_seconds=0.005,
+        warmup_seconds=0.0,
+        min_reps=2,
+        max_reps=5,
+    )
     cpu = CpuBackend(config)
     yield cpu
     cpu.close()
@@ -111,19 +117,23 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("dtype", "layout", "params"), CASES,
-                         ids=[SPACE.name(p, d, lay) for d, lay, p in CASES])
-def test_one_build_verifies_on_every_shape(backend: CpuBackend, dtype: str, layout: str,
-                                           params: Params) -> None:
+@pytest.mark.parametrize(
+    ("dtype", "layout", "params"), CASES, ids=[SPACE.name(p, d, lay) for d, lay, p in CASES]
+)
+def test_one_build_verifies_on_every_shape(
+    backend: CpuBackend, dtype: str, layout: str, params: Params
+) -> None:
     arch = backend.device().arch
-    variant = render_variant(SPACE, params, dtype, layout, arch, backend.base_flags(arch),
-                             backend.compiler_identity())
+    variant = render_variant(
+        SPACE, params, dtype, layout, arch, backend.base_flags(arch), backend.compiler_identity()
+    )
     built = backend.build([variant])[variant.id]
     assert built.ok, built.log
     assert built.artifact is not None
     for m, n, k in SHAPES:
-        request = TuneRequest(op="gemm", dtype=dtype, layout=layout,
-                              problem=GemmProblem(m=m, n=n, k=k))
+        request = TuneRequest(
+            op="gemm", dtype=dtype, layout=layout, problem=GemmProblem(m=m, n=n, k=k)
+        )
         result = backend.run(variant, built.artifact, request)
         assert result.outcome is Outcome.OK, (m, n, k, result.log)
         assert result.timing is not None and result.timing.median_us > 0
@@ -132,9 +142,15 @@ def test_one_build_verifies_on_every_shape(backend: CpuBackend, dtype: str, layo
 
 
 def test_tune_end_to_end_picks_a_verified_winner(backend: CpuBackend) -> None:
-    request = TuneRequest(op="gemm", dtype="f32", layout="rcr",
-                          problem=GemmProblem(m=20, n=24, k=32),
-                          strategy="random", budget=Budget(max_variants=2), seed=1)
+    request = TuneRequest(
+        op="gemm",
+        dtype="f32",
+        layout="rcr",
+        problem=GemmProblem(m=20, n=24, k=32),
+        strategy="random",
+        budget=Budget(max_variants=2),
+        seed=1,
+    )
     kept, pruned = candidate_params(request, backend.device().arch, "cpu")
     assert pruned and kept
     result = tune(request, backend, backend.config)

@@ -70,15 +70,19 @@ def test_unknown_dtype_or_layout_is_invalid_request() -> None:
     assert err.value.field == "layout"
 
 
-@pytest.mark.parametrize(("dtype", "params"), [
-    ("f32", {"pack": 4, "acc": 2, "unroll": 2}),
-    ("f16", {"pack": 8, "acc": 1, "unroll": 1}),
-    ("bf16", {"pack": 2, "acc": 4, "unroll": 1}),
-])
+@pytest.mark.parametrize(
+    ("dtype", "params"),
+    [
+        ("f32", {"pack": 4, "acc": 2, "unroll": 2}),
+        ("f16", {"pack": 8, "acc": 1, "unroll": 1}),
+        ("bf16", {"pack": 2, "acc": 4, "unroll": 1}),
+    ],
+)
 def test_real_variants_verify_for_every_kind(backend: CpuBackend, dtype: str, params: dict) -> None:
     arch = backend.device().arch
-    variant = render_variant(SPACE, params, dtype, "row", arch, backend.base_flags(arch),
-                             backend.compiler_identity())
+    variant = render_variant(
+        SPACE, params, dtype, "row", arch, backend.base_flags(arch), backend.compiler_identity()
+    )
     built = backend.build([variant])[variant.id]
     assert built.ok, built.log
     assert built.artifact is not None

@@ -42,10 +42,12 @@ def test_every_variant_renders(dtype: str) -> None:
 
 
 def test_algorithms_render_different_sources() -> None:
-    twopass = render_variant(SPACE, {"pack": 4, "acc": 2, "algo": "twopass"}, "f32", "row", "a",
-                             FLAGS, "g++ test")
-    online = render_variant(SPACE, {"pack": 4, "acc": 2, "algo": "online"}, "f32", "row", "a",
-                            FLAGS, "g++ test")
+    twopass = render_variant(
+        SPACE, {"pack": 4, "acc": 2, "algo": "twopass"}, "f32", "row", "a", FLAGS, "g++ test"
+    )
+    online = render_variant(
+        SPACE, {"pack": 4, "acc": 2, "algo": "online"}, "f32", "row", "a", FLAGS, "g++ test"
+    )
     assert twopass.id != online.id
     assert "run_max" in online.source and "run_max" not in twopass.source
 
@@ -63,16 +65,20 @@ def test_prune_and_invalid_requests() -> None:
     assert err.value.field == "layout"
 
 
-@pytest.mark.parametrize(("dtype", "params"), [
-    ("f32", {"pack": 4, "acc": 2, "algo": "twopass"}),
-    ("f32", {"pack": 8, "acc": 1, "algo": "online"}),
-    ("f16", {"pack": 8, "acc": 2, "algo": "online"}),
-    ("bf16", {"pack": 4, "acc": 4, "algo": "twopass"}),
-])
+@pytest.mark.parametrize(
+    ("dtype", "params"),
+    [
+        ("f32", {"pack": 4, "acc": 2, "algo": "twopass"}),
+        ("f32", {"pack": 8, "acc": 1, "algo": "online"}),
+        ("f16", {"pack": 8, "acc": 2, "algo": "online"}),
+        ("bf16", {"pack": 4, "acc": 4, "algo": "twopass"}),
+    ],
+)
 def test_real_variants_verify(backend: CpuBackend, dtype: str, params: dict) -> None:
     arch = backend.device().arch
-    variant = render_variant(SPACE, params, dtype, "row", arch, backend.base_flags(arch),
-                             backend.compiler_identity())
+    variant = render_variant(
+        SPACE, params, dtype, "row", arch, backend.base_flags(arch), backend.compiler_identity()
+    )
     built = backend.build([variant])[variant.id]
     assert built.ok, built.log
     assert built.artifact is not None

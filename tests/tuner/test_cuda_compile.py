@@ -23,10 +23,16 @@ pytestmark = [
 CASES = [
     (CudaReduceSpace(), "f16", {"pack": 8, "strategy": "group", "group": 4, "threads": 256}),
     (CudaReduceSpace(), "f32", {"pack": 4, "strategy": "block", "group": 1024, "threads": 1024}),
-    (CudaSoftmaxSpace(), "bf16", {"pack": 8, "strategy": "warp", "group": 32, "threads": 128,
-                                  "mode": "reg"}),
-    (CudaSoftmaxSpace(), "f16", {"pack": 2, "strategy": "block", "group": 256, "threads": 256,
-                                 "mode": "2pass"}),
+    (
+        CudaSoftmaxSpace(),
+        "bf16",
+        {"pack": 8, "strategy": "warp", "group": 32, "threads": 128, "mode": "reg"},
+    ),
+    (
+        CudaSoftmaxSpace(),
+        "f16",
+        {"pack": 2, "strategy": "block", "group": 256, "threads": 256, "mode": "2pass"},
+    ),
 ]
 
 
@@ -37,8 +43,15 @@ def _dims(*values: int) -> tuple[ctypes.Array, int]:
 def test_variants_compile_and_export_the_abi(tmp_path: Path) -> None:
     backend = CudaBackend(EngineConfig(cache_dir=str(tmp_path), compile_workers=2))
     variants = [
-        render_variant(space, params, dtype, "row", "sm_90", backend.base_flags("sm_90"),
-                       backend.compiler_identity())
+        render_variant(
+            space,
+            params,
+            dtype,
+            "row",
+            "sm_90",
+            backend.base_flags("sm_90"),
+            backend.compiler_identity(),
+        )
         for space, dtype, params in CASES
     ]
     builds = backend.build(variants)
@@ -67,8 +80,15 @@ def test_variants_compile_and_export_the_abi(tmp_path: Path) -> None:
 def test_register_softmax_refuses_rows_it_cannot_hold(tmp_path: Path) -> None:
     backend = CudaBackend(EngineConfig(cache_dir=str(tmp_path)))
     space, dtype, params = CASES[2]
-    variant = render_variant(space, params, dtype, "row", "sm_90", backend.base_flags("sm_90"),
-                             backend.compiler_identity())
+    variant = render_variant(
+        space,
+        params,
+        dtype,
+        "row",
+        "sm_90",
+        backend.base_flags("sm_90"),
+        backend.compiler_identity(),
+    )
     built = backend.build([variant])[variant.id]
     assert built.ok, built.log
     lib = ctypes.CDLL(str(built.artifact))

@@ -43,10 +43,20 @@ def test_every_variant_renders(space, dtype: str) -> None:
 
 def test_names_follow_the_procedural_scheme() -> None:
     reduce_space, softmax_space = SPACES
-    assert reduce_space.name({"pack": 8, "strategy": "group", "group": 4, "threads": 256},
-                             "f16", "row") == "reduce_f16_p8_g4_t256"
-    assert softmax_space.name({"pack": 8, "strategy": "warp", "group": 32, "threads": 128,
-                               "mode": "reg"}, "f16", "row") == "softmax_f16_p8_warp_t128_reg"
+    assert (
+        reduce_space.name(
+            {"pack": 8, "strategy": "group", "group": 4, "threads": 256}, "f16", "row"
+        )
+        == "reduce_f16_p8_g4_t256"
+    )
+    assert (
+        softmax_space.name(
+            {"pack": 8, "strategy": "warp", "group": 32, "threads": 128, "mode": "reg"},
+            "f16",
+            "row",
+        )
+        == "softmax_f16_p8_warp_t128_reg"
+    )
 
 
 def test_f32_packs_stop_at_16_bytes() -> None:
@@ -82,8 +92,11 @@ def test_every_k_of_the_sweep_keeps_candidates() -> None:
     for k in (1, 8, 32, 1024, 32768, 1 << 20):
         for space in SPACES:
             problem = ReduceProblem(m=8, k=k) if space.op == "reduce" else SoftmaxProblem(m=8, k=k)
-            kept = [p for p in space.enumerate("f16", "row", "sm_90")
-                    if space.prune(p, problem, "f16", "row") is None]
+            kept = [
+                p
+                for p in space.enumerate("f16", "row", "sm_90")
+                if space.prune(p, problem, "f16", "row") is None
+            ]
             assert kept, (space.op, k)
 
 
@@ -111,21 +124,26 @@ def test_suspect_reasons() -> None:
 
 def _fake_harness(tmp_path: Path, body: str) -> list[str]:
     script = tmp_path / "fake_harness.py"
-    script.write_text("import json, sys, time\n"
-                      "print(json.dumps({'ready': True}), flush=True)\n"
-                      "for line in sys.stdin:\n"
-                      "    req = json.loads(line)\n" + body)
+    script.write_text(
+        "import json, sys, time\n"
+        "print(json.dumps({'ready': True}), flush=True)\n"
+        "for line in sys.stdin:\n"
+        "    req = json.loads(line)\n" + body
+    )
     return [sys.executable, str(script)]
 
 
 def test_harness_process_answers_restarts_and_times_out(tmp_path: Path) -> None:
-    argv = _fake_harness(tmp_path, """
+    argv = _fake_harness(
+        tmp_path,
+        """
     if req['cmd'] == 'crash':
         sys.exit(3)
     if req['cmd'] == 'hang':
         time.sleep(60)
     print(json.dumps({'echo': req['cmd']}), flush=True)
-""")
+""",
+    )
     proc = HarnessProcess(argv, env={})
     try:
         assert proc.request({"cmd": "a"}, 10) == {"echo": "a"}
@@ -152,11 +170,20 @@ def test_harness_that_cannot_start_answers_a_fatal_failure(tmp_path: Path) -> No
 
 def test_results_carry_throughput_and_suspect(tmp_path: Path) -> None:
     backend = CudaBackend(EngineConfig(cache_dir=str(tmp_path)), nvcc="nvcc")
-    request = TuneRequest(op="reduce", dtype="f16", layout="row",
-                          problem=ReduceProblem(m=1024, k=1024), backend="cuda")
+    request = TuneRequest(
+        op="reduce",
+        dtype="f16",
+        layout="row",
+        problem=ReduceProblem(m=1024, k=1024),
+        backend="cuda",
+    )
     base = BenchResult("id", "reduce_f16_p8_g4_t256", {}, Outcome.RUNTIME_ERROR)
-    answer = {"outcome": "ok", "samples_us": [2.0] * 10, "suspect_reasons": ["power cap"],
-              "provenance": {"batch": 100}}
+    answer = {
+        "outcome": "ok",
+        "samples_us": [2.0] * 10,
+        "suspect_reasons": ["power cap"],
+        "provenance": {"batch": 100},
+    }
     result = backend._result(base, json.loads(json.dumps(answer)), request, 0.1)
     assert result.ok and result.suspect
     # (1024*1024 + 1024) f16 elements in 2 us
@@ -189,12 +216,21 @@ def test_run_without_a_gpu_is_a_runtime_error_not_a_crash(tmp_path: Path) -> Non
             pytest.skip("a GPU is present")
     except ImportError:
         pass
-    backend = CudaBackend(EngineConfig(cache_dir=str(tmp_path)), nvcc="nvcc",
-                          harness_python=sys.executable)
-    request = TuneRequest(op="reduce", dtype="f16", layout="row",
-                          problem=ReduceProblem(m=8, k=8), backend="cuda")
-    variant = render_variant(CudaReduceSpace(), {"pack": 1, "strategy": "group", "group": 2,
-                                                 "threads": 128}, "f16", "row", "sm_90", (), "x")
+    backend = CudaBackend(
+        EngineConfig(cache_dir=str(tmp_path)), nvcc="nvcc", harness_python=sys.executable
+    )
+    request = TuneRequest(
+        op="reduce", dtype="f16", layout="row", problem=ReduceProblem(m=8, k=8), backend="cuda"
+    )
+    variant = render_variant(
+        CudaReduceSpace(),
+        {"pack": 1, "strategy": "group", "group": 2, "threads": 128},
+        "f16",
+        "row",
+        "sm_90",
+        (),
+        "x",
+    )
     try:
         result = backend.run(variant, str(tmp_path / "missing.so"), request)
     finally:

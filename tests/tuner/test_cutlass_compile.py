@@ -41,8 +41,9 @@ def _include_dirs() -> tuple[str, ...]:
 def _first(space, dtype: str, layout: str, arch: str, name: str):
     for params in space.enumerate(dtype, layout, arch):
         if space.name(params, dtype, layout) == name:
-            return render_variant(space, params, dtype, layout, arch,
-                                  _COMMON + _ARCH_FLAGS[arch], "nvcc (test)")
+            return render_variant(
+                space, params, dtype, layout, arch, _COMMON + _ARCH_FLAGS[arch], "nvcc (test)"
+            )
     raise AssertionError(f"{name} is not in the space")
 
 
@@ -50,27 +51,41 @@ def test_three_gemm_and_one_conv_variant_compile(tmp_path: Path) -> None:
     includes = _include_dirs()
     variants = [
         _first(CudaGemmSpace(), "f16", "rcr", "sm_90", "gemm_f16_rcr_128x256x64_c2x1_coop"),
-        _first(CudaGemmSpace(), "f16", "rcr", "sm_90",
-               "gemm_f16_rcr_128x128x64_c1x1_coop_splitk4"),
+        _first(CudaGemmSpace(), "f16", "rcr", "sm_90", "gemm_f16_rcr_128x128x64_c1x1_coop_splitk4"),
         _first(CudaGemmSpace(), "bf16", "rrr", "sm_80", "gemm_bf16_rrr_128x128x32_w64x64_s4"),
-        _first(CudaConv2dSpace(), "f16", "nhwc", "sm_90",
-               "conv2d_f16_nhwc_128x128x64_w64x64_s3_opt_a8"),
+        _first(
+            CudaConv2dSpace(), "f16", "nhwc", "sm_90", "conv2d_f16_nhwc_128x128x64_w64x64_s3_opt_a8"
+        ),
     ]
 
     def argv(src: Path, out: Path, flags) -> list[str]:
-        return ["nvcc", *flags, *(f"-I{d}" for d in includes), "-shared", "-Xcompiler", "-fPIC",
-                str(src), "-o", str(out)]
+        return [
+            "nvcc",
+            *flags,
+            *(f"-I{d}" for d in includes),
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            str(src),
+            "-o",
+            str(out),
+        ]
 
     cache = CompileCache(tmp_path / "cache", artifact_name="kernel.so")
-    results = build_variants(cache, variants, argv, source_name="kernel.cu", workers=2,
-                             timeout_s=600)
+    results = build_variants(
+        cache, variants, argv, source_name="kernel.cu", workers=2, timeout_s=600
+    )
     for variant in variants:
         result = results[variant.id]
         assert result.ok, f"{variant.name} failed to compile:\n{result.log[-4000:]}"
         assert result.artifact is not None
         library = ctypes.CDLL(result.artifact)  # loads without a GPU: nothing runs at load
-        for symbol in ("tunehub_can_run", "tunehub_workspace_bytes", "tunehub_run",
-                       "tunehub_describe"):
+        for symbol in (
+            "tunehub_can_run",
+            "tunehub_workspace_bytes",
+            "tunehub_run",
+            "tunehub_describe",
+        ):
             assert hasattr(library, symbol), (variant.name, symbol)
         library.tunehub_describe.restype = ctypes.c_char_p
         description = library.tunehub_describe().decode()

@@ -140,18 +140,29 @@ def test_sm90_split_k_axis() -> None:
     split = [p for p in params if p["splits"] > 1]
     assert {p["splits"] for p in split} == {2, 4, 8}
     # every cooperative stream-K kernel of the default raster/swizzle comes in each split
-    base = [p for p in params if p["scheduler"] == "streamk" and p["splits"] == 1
-            and p["raster"] == "auto" and p["swizzle"] == 1]
+    base = [
+        p
+        for p in params
+        if p["scheduler"] == "streamk"
+        and p["splits"] == 1
+        and p["raster"] == "auto"
+        and p["swizzle"] == 1
+    ]
     assert len(split) == 3 * len(base)
     for tile in ((128, 64), (128, 128)):
-        assert any((p["tile_m"], p["tile_n"]) == tile and p["schedule"] == "coop"
-                   and p["cluster_m"] * p["cluster_n"] == 1 for p in split), tile
+        assert any(
+            (p["tile_m"], p["tile_n"]) == tile
+            and p["schedule"] == "coop"
+            and p["cluster_m"] * p["cluster_n"] == 1
+            for p in split
+        ), tile
 
 
 def test_sm90_split_k_is_pruned_on_short_k() -> None:
     space = CudaGemmSpace()
-    split8 = next(p for p in space.enumerate("f16", "rcr", "sm_90")
-                  if p["splits"] == 8 and p["tile_k"] == 64)
+    split8 = next(
+        p for p in space.enumerate("f16", "rcr", "sm_90") if p["splits"] == 8 and p["tile_k"] == 64
+    )
     # 15 k-tiles of 64 cannot feed 8 splits two k-tiles each
     reason = space.prune(split8, GemmProblem(16, 4096, 960), "f16", "rcr")
     assert reason is not None and "split 8 ways" in reason
@@ -160,8 +171,11 @@ def test_sm90_split_k_is_pruned_on_short_k() -> None:
 
 def _ordered_names(problem: GemmProblem, space: CudaGemmSpace | None = None) -> list[str]:
     space = space or CudaGemmSpace()
-    kept = [p for p in space.enumerate("f16", "rcr", "sm_90")
-            if space.prune(p, problem, "f16", "rcr") is None]
+    kept = [
+        p
+        for p in space.enumerate("f16", "rcr", "sm_90")
+        if space.prune(p, problem, "f16", "rcr") is None
+    ]
     ordered = space.order(kept, problem, "f16", "rcr")
     assert sorted(map(id, ordered)) == sorted(map(id, kept)), "order is a permutation"
     return [space.name(p, "f16", "rcr") for p in ordered]
@@ -221,9 +235,19 @@ def test_the_default_order_keeps_the_candidates() -> None:
 
 def test_names_follow_the_design() -> None:
     space = CudaGemmSpace()
-    params = {"family": "sm90", "tile_m": 128, "tile_n": 256, "tile_k": 64, "cluster_m": 2,
-              "cluster_n": 1, "schedule": "coop", "scheduler": "streamk", "raster": "n",
-              "swizzle": 4, "splits": 1}
+    params = {
+        "family": "sm90",
+        "tile_m": 128,
+        "tile_n": 256,
+        "tile_k": 64,
+        "cluster_m": 2,
+        "cluster_n": 1,
+        "schedule": "coop",
+        "scheduler": "streamk",
+        "raster": "n",
+        "swizzle": 4,
+        "splits": 1,
+    }
     assert space.name(params, "f16", "rcr") == "gemm_f16_rcr_128x256x64_c2x1_coop_streamk_rn_sw4"
     split = {**params, "cluster_m": 1, "raster": "auto", "swizzle": 1, "splits": 4}
     assert space.name(split, "f16", "rcr") == "gemm_f16_rcr_128x256x64_c1x1_coop_splitk4"

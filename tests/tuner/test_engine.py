@@ -41,8 +41,9 @@ class Recorder:
 
 def test_tune_reduce_exhaustive_with_max_variants(backend: CpuBackend) -> None:
     problem = ReduceProblem(m=16, k=24, kind="sum")
-    request = TuneRequest("reduce", "f32", "row", problem, strategy="exhaustive",
-                          budget=Budget(max_variants=3))
+    request = TuneRequest(
+        "reduce", "f32", "row", problem, strategy="exhaustive", budget=Budget(max_variants=3)
+    )
     recorder = Recorder()
     result = tune(request, backend, backend.config, recorder)
     assert len(result.results) == 3
@@ -58,8 +59,9 @@ def test_tune_reduce_exhaustive_with_max_variants(backend: CpuBackend) -> None:
 
 
 def test_tune_softmax_again_hits_the_compile_cache(backend: CpuBackend) -> None:
-    request = TuneRequest("softmax", "bf16", "row", SoftmaxProblem(m=8, k=40),
-                          budget=Budget(max_variants=2))
+    request = TuneRequest(
+        "softmax", "bf16", "row", SoftmaxProblem(m=8, k=40), budget=Budget(max_variants=2)
+    )
     first = tune(request, backend, backend.config)
     second = tune(request, backend, backend.config)
     assert first.winner is not None and second.winner is not None
@@ -97,6 +99,7 @@ def test_space_default_cap_applies_when_the_budget_names_none(
     monkeypatch.setattr(CpuReduceSpace, "default_max_variants", 2)
     uncapped = TuneRequest("reduce", "f32", "row", ReduceProblem(m=4, k=64))
     assert len(tune(uncapped, backend, backend.config).results) == 2
-    named = TuneRequest("reduce", "f32", "row", ReduceProblem(m=4, k=64),
-                        budget=Budget(max_variants=3))
+    named = TuneRequest(
+        "reduce", "f32", "row", ReduceProblem(m=4, k=64), budget=Budget(max_variants=3)
+    )
     assert len(tune(named, backend, backend.config).results) == 3  # the job's budget wins

@@ -111,8 +111,9 @@ class CpuBackend(Backend):
 
     def _compiler_output(self, *args: str) -> str:
         try:
-            proc = subprocess.run([self.compiler, *args], capture_output=True, text=True,
-                                  timeout=60, check=False)
+            proc = subprocess.run(
+                [self.compiler, *args], capture_output=True, text=True, timeout=60, check=False
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ToolchainError(f"{self.compiler} {' '.join(args)} failed: {exc}") from None
         if proc.returncode != 0:
@@ -165,8 +166,10 @@ class CpuBackend(Backend):
 
     def toolchain(self, space: VariantSpace) -> Toolchain:
         version = self._compiler_output("-dumpfullversion").strip()
-        return Toolchain(compiler=f"{Path(self._compiler_name).name} {version}",
-                         template_version=template_version(space.template))
+        return Toolchain(
+            compiler=f"{Path(self._compiler_name).name} {version}",
+            template_version=template_version(space.template),
+        )
 
     # ---- build ---------------------------------------------------------------------------
     def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]:
@@ -181,7 +184,10 @@ class CpuBackend(Backend):
             return [*argv, str(source), "-o", str(output)]
 
         return build_variants(
-            cache, variants, make_argv, source_name="kernel.cpp",
+            cache,
+            variants,
+            make_argv,
+            source_name="kernel.cpp",
             workers=self.config.compile_workers or os.cpu_count() or 1,
             timeout_s=self.config.compile_timeout_s,
         )
@@ -210,33 +216,63 @@ class CpuBackend(Backend):
             shutil.rmtree(Path(old.paths[0]).parent, ignore_errors=True)
         return data
 
-    def _argv(self, artifact: str, request: TuneRequest, data: _ProblemData, output: Path,
-              abort_above_us: float | None) -> list[str]:
+    def _argv(
+        self,
+        artifact: str,
+        request: TuneRequest,
+        data: _ProblemData,
+        output: Path,
+        abort_above_us: float | None,
+    ) -> list[str]:
         cfg = self.config
-        argv = [artifact, "--dims", *map(str, harness_dims(request.problem)),
-                "--inputs", *data.paths, "--output", str(output),
-                "--warmup-seconds", repr(cfg.warmup_seconds),
-                "--bench-seconds", repr(cfg.bench_seconds),
-                "--min-reps", str(cfg.min_reps), "--max-reps", str(cfg.max_reps)]
+        argv = [
+            artifact,
+            "--dims",
+            *map(str, harness_dims(request.problem)),
+            "--inputs",
+            *data.paths,
+            "--output",
+            str(output),
+            "--warmup-seconds",
+            repr(cfg.warmup_seconds),
+            "--bench-seconds",
+            repr(cfg.bench_seconds),
+            "--min-reps",
+            str(cfg.min_reps),
+            "--max-reps",
+            str(cfg.max_reps),
+        ]
         if abort_above_us is not None and abort_above_us > 0:
             argv += ["--abort-us", repr(float(abort_above_us))]
         return argv
 
-    def run(self, variant: Variant, artifact: str, request: TuneRequest,
-            abort_above_us: float | None = None) -> BenchResult:
+    def run(
+        self,
+        variant: Variant,
+        artifact: str,
+        request: TuneRequest,
+        abort_above_us: float | None = None,
+    ) -> BenchResult:
         base = BenchResult(variant.id, variant.name, dict(variant.params), Outcome.RUNTIME_ERROR)
         data = self._problem_data(request)
         self._runs += 1
         output = self._workdir / f"out-{self._runs}.bin"
         before = cpu_host.host_snapshot()
         try:
-            proc = subprocess.run(self._argv(artifact, request, data, output, abort_above_us),
-                                  capture_output=True, text=True, check=False,
-                                  timeout=self.config.run_timeout_s)
+            proc = subprocess.run(
+                self._argv(artifact, request, data, output, abort_above_us),
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=self.config.run_timeout_s,
+            )
         except subprocess.TimeoutExpired:
             output.unlink(missing_ok=True)
-            return replace(base, outcome=Outcome.TIMEOUT,
-                           log=f"run exceeded {self.config.run_timeout_s:g} s and was killed")
+            return replace(
+                base,
+                outcome=Outcome.TIMEOUT,
+                log=f"run exceeded {self.config.run_timeout_s:g} s and was killed",
+            )
         except OSError as exc:
             return replace(base, log=f"cannot start {artifact}: {exc}")
         provenance = self._provenance(before, cpu_host.host_snapshot())
@@ -246,20 +282,32 @@ class CpuBackend(Backend):
         finally:
             output.unlink(missing_ok=True)
 
-    def _result(self, base: BenchResult, proc: subprocess.CompletedProcess[str],
-                request: TuneRequest, data: _ProblemData, output: Path) -> BenchResult:
+    def _result(
+        self,
+        base: BenchResult,
+        proc: subprocess.CompletedProcess[str],
+        request: TuneRequest,
+        data: _ProblemData,
+        output: Path,
+    ) -> BenchResult:
         stderr = proc.stderr[-_LOG_EXCERPT:]
         if proc.returncode != 0:
-            why = (f"killed by {_signal_name(proc.returncode)}" if proc.returncode < 0
-                   else f"exit status {proc.returncode}")
+            why = (
+                f"killed by {_signal_name(proc.returncode)}"
+                if proc.returncode < 0
+                else f"exit status {proc.returncode}"
+            )
             return replace(base, log=f"harness {why}\n{stderr}".strip())
         answer = _last_json_line(proc.stdout)
         if answer is None or not output.exists():
             return replace(base, log=f"harness gave no result\n{proc.stdout[-500:]}{stderr}")
         got = np.fromfile(output, dtype=STORAGE[request.dtype])
         if got.size != data.expected.size:
-            return replace(base, outcome=Outcome.WRONG_RESULT,
-                           log=f"output holds {got.size} elements, expected {data.expected.size}")
+            return replace(
+                base,
+                outcome=Outcome.WRONG_RESULT,
+                log=f"output holds {got.size} elements, expected {data.expected.size}",
+            )
         verdict = verify(got, data.expected, request.dtype, request.problem.reduction_length())
         if not verdict.ok:  # the timing of a wrong kernel is discarded
             return replace(base, outcome=Outcome.WRONG_RESULT, log=verdict.message)
@@ -267,14 +315,25 @@ class CpuBackend(Backend):
         if not samples:
             return replace(base, log="harness reported no samples")
         timing = timing_from_samples(samples)
-        provenance = {**base.provenance, "max_abs_error": verdict.max_abs_error,
-                      "calls_per_sample": answer.get("calls_per_sample"),
-                      "copies": answer.get("copies")}
+        provenance = {
+            **base.provenance,
+            "max_abs_error": verdict.max_abs_error,
+            "calls_per_sample": answer.get("calls_per_sample"),
+            "copies": answer.get("copies"),
+        }
         outcome = Outcome.ABORTED_SLOW if answer.get("aborted") else Outcome.OK
-        throughput, unit = stats.throughput(request.problem, ELEMENT_SIZE[request.dtype],
-                                            timing.median_us)
-        return replace(base, outcome=outcome, timing=timing, throughput=throughput,
-                       throughput_unit=unit, provenance=provenance, log=stderr)
+        throughput, unit = stats.throughput(
+            request.problem, ELEMENT_SIZE[request.dtype], timing.median_us
+        )
+        return replace(
+            base,
+            outcome=outcome,
+            timing=timing,
+            throughput=throughput,
+            throughput_unit=unit,
+            provenance=provenance,
+            log=stderr,
+        )
 
     @staticmethod
     def _provenance(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

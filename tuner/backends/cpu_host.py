@@ -13,8 +13,17 @@ import socket
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cpu_model_name", "cpu_flags", "isa_level", "memory_bytes", "load_average",
-           "cpu_mhz", "host_snapshot", "hostname", "SIMD_FLAG_PATTERN"]
+__all__ = [
+    "cpu_model_name",
+    "cpu_flags",
+    "isa_level",
+    "memory_bytes",
+    "load_average",
+    "cpu_mhz",
+    "host_snapshot",
+    "hostname",
+    "SIMD_FLAG_PATTERN",
+]
 
 #: the /proc/cpuinfo flags that say what vector code can run (kept in DeviceInfo.extra)
 SIMD_FLAG_PATTERN = re.compile(

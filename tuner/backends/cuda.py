@@ -57,15 +57,21 @@ def arch_flags(arch: str) -> tuple[str, ...]:
         raise ToolchainError(f"unknown CUDA arch {arch!r}")
     number = arch[3:]
     target = f"{number}a" if number == "90" else number
-    return ("-std=c++17", "-O3", "-DNDEBUG", f"-gencode=arch=compute_{target},code=sm_{target}",
-            "--expt-relaxed-constexpr")
+    return (
+        "-std=c++17",
+        "-O3",
+        "-DNDEBUG",
+        f"-gencode=arch=compute_{target},code=sm_{target}",
+        "--expt-relaxed-constexpr",
+    )
 
 
 def nvcc_version_line(nvcc: str) -> str:
     """``Cuda compilation tools, release 13.0, V13.0.88`` (the compiler identity)."""
     try:
-        proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30,
-                              check=False)
+        proc = subprocess.run(
+            [nvcc, "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainError(f"nvcc is not usable at {nvcc!r}: {exc}") from None
     for line in proc.stdout.splitlines():
@@ -77,16 +83,20 @@ def nvcc_version_line(nvcc: str) -> str:
 class CudaBackend(Backend):
     name = "cuda"
 
-    def __init__(self, config: EngineConfig, *, nvcc: str | None = None,
-                 harness_python: str | None = None) -> None:
+    def __init__(
+        self, config: EngineConfig, *, nvcc: str | None = None, harness_python: str | None = None
+    ) -> None:
         super().__init__(config)
         self._nvcc = nvcc
         self._identity: str | None = None
         self._device: DeviceInfo | None = None
         self.harness_python = harness_python or sys.executable
         # absolute: the compiler runs inside the staging folder
-        self.cache = CompileCache(Path(config.cache_dir).resolve() / "cuda", config.cache_max_bytes,
-                                  artifact_name="kernel.so")
+        self.cache = CompileCache(
+            Path(config.cache_dir).resolve() / "cuda",
+            config.cache_max_bytes,
+            artifact_name="kernel.so",
+        )
         self._harness: HarnessProcess | None = None
 
     # -- toolchain -------------------------------------------------------------------------
@@ -128,12 +138,26 @@ class CudaBackend(Backend):
         includes = [f"-I{d}" for d in self._include_dirs(variants)]
 
         def make_argv(source: Path, output: Path, flags: Sequence[str]) -> list[str]:
-            return [nvcc, *flags, "-shared", "-Xcompiler", "-fPIC", *includes,
-                    "-o", str(output), str(source)]
+            return [
+                nvcc,
+                *flags,
+                "-shared",
+                "-Xcompiler",
+                "-fPIC",
+                *includes,
+                "-o",
+                str(output),
+                str(source),
+            ]
 
-        return build_variants(self.cache, variants, make_argv, source_name="kernel.cu",
-                              workers=self.config.compile_workers or os.cpu_count() or 1,
-                              timeout_s=self.config.compile_timeout_s)
+        return build_variants(
+            self.cache,
+            variants,
+            make_argv,
+            source_name="kernel.cu",
+            workers=self.config.compile_workers or os.cpu_count() or 1,
+            timeout_s=self.config.compile_timeout_s,
+        )
 
     # -- device ----------------------------------------------------------------------------
 
@@ -152,8 +176,14 @@ class CudaBackend(Backend):
         if self._device is not None:
             return self._device
         try:
-            proc = subprocess.run(self._harness_argv("--probe"), capture_output=True, text=True,
-                                  timeout=_PROBE_TIMEOUT_S, env=self._harness_env(), check=False)
+            proc = subprocess.run(
+                self._harness_argv("--probe"),
+                capture_output=True,
+                text=True,
+                timeout=_PROBE_TIMEOUT_S,
+                env=self._harness_env(),
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise DeviceError(f"the CUDA harness probe failed: {exc}") from None
         try:
@@ -164,8 +194,12 @@ class CudaBackend(Backend):
         if "error" in info:
             raise DeviceError(f"no usable CUDA device {self.config.device_index}: {info['error']}")
         self._device = DeviceInfo(
-            backend="cuda", name=info["name"], arch=info["arch"], sm_count=int(info["sm_count"]),
-            driver=info.get("driver", ""), runtime=info.get("runtime", ""),
+            backend="cuda",
+            name=info["name"],
+            arch=info["arch"],
+            sm_count=int(info["sm_count"]),
+            driver=info.get("driver", ""),
+            runtime=info.get("runtime", ""),
             memory_bytes=int(info.get("memory_bytes", 0)),
             extra={k: info[k] for k in ("l2_bytes", "pci_bus_id", "torch") if k in info},
         )
@@ -187,14 +221,26 @@ class CudaBackend(Backend):
             raise DeviceError(f"copy bandwidth measurement failed: {answer.get('log', answer)}")
         return float(answer["gb_per_s"])
 
-    def run(self, variant: Variant, artifact: str, request: TuneRequest,
-            abort_above_us: float | None = None) -> BenchResult:
+    def run(
+        self,
+        variant: Variant,
+        artifact: str,
+        request: TuneRequest,
+        abort_above_us: float | None = None,
+    ) -> BenchResult:
         payload = {
-            "cmd": "run", "artifact": str(artifact), "op": request.op, "dtype": request.dtype,
-            "layout": request.layout, "problem": request.problem.dims(),
-            "seed": request.seed or self.config.seed, "warmup_s": self.config.warmup_seconds,
-            "bench_s": self.config.bench_seconds, "min_samples": self.config.min_reps,
-            "max_samples": self.config.max_reps, "abort_us": abort_above_us,
+            "cmd": "run",
+            "artifact": str(artifact),
+            "op": request.op,
+            "dtype": request.dtype,
+            "layout": request.layout,
+            "problem": request.problem.dims(),
+            "seed": request.seed or self.config.seed,
+            "warmup_s": self.config.warmup_seconds,
+            "bench_s": self.config.bench_seconds,
+            "min_samples": self.config.min_reps,
+            "max_samples": self.config.max_reps,
+            "abort_us": abort_above_us,
         }
         base = BenchResult(variant.id, variant.name, variant.params, Outcome.RUNTIME_ERROR)
         started = time.monotonic()
@@ -204,8 +250,9 @@ class CudaBackend(Backend):
             return replace(base, outcome=Outcome.TIMEOUT, log=str(exc))
         return self._result(base, answer, request, time.monotonic() - started)
 
-    def _result(self, base: BenchResult, answer: dict[str, Any], request: TuneRequest,
-                seconds: float) -> BenchResult:
+    def _result(
+        self, base: BenchResult, answer: dict[str, Any], request: TuneRequest, seconds: float
+    ) -> BenchResult:
         outcome = _OUTCOMES.get(str(answer.get("outcome")), Outcome.RUNTIME_ERROR)
         provenance = dict(answer.get("provenance", {}))
         provenance.update(run_seconds=round(seconds, 3), harness_describe=answer.get("describe"))
@@ -218,14 +265,23 @@ class CudaBackend(Backend):
             provenance["suspect_reasons"] = reasons
         samples = answer.get("samples_us") or []
         timing = timing_from_samples(samples) if samples else None
-        throughput, unit = (None, "") if timing is None else stats.throughput(
-            request.problem, ELEMENT_SIZE[request.dtype], timing.median_us)
-        return replace(base, outcome=outcome, timing=timing, throughput=throughput,
-                        throughput_unit=unit, log=str(answer.get("log", ""))[-4000:],
-                        provenance=provenance, suspect=bool(reasons))
+        throughput, unit = (
+            (None, "")
+            if timing is None
+            else stats.throughput(request.problem, ELEMENT_SIZE[request.dtype], timing.median_us)
+        )
+        return replace(
+            base,
+            outcome=outcome,
+            timing=timing,
+            throughput=throughput,
+            throughput_unit=unit,
+            log=str(answer.get("log", ""))[-4000:],
+            provenance=provenance,
+            suspect=bool(reasons),
+        )
 
     def close(self) -> None:
         if self._harness is not None:
             self._harness.close()
             self._harness = None
-

@@ -31,8 +31,14 @@ __all__ = ["main", "probe"]
 
 log = logging.getLogger(__name__)
 
-_REASONS = {1: "bad dims", 2: "misaligned", 3: "unsupported shape", 4: "too large",
-            5: "launch failed", 6: "workspace too small"}
+_REASONS = {
+    1: "bad dims",
+    2: "misaligned",
+    3: "unsupported shape",
+    4: "too large",
+    5: "launch failed",
+    6: "workspace too small",
+}
 
 
 def _driver_version() -> str:
@@ -115,8 +121,13 @@ class Harness:
             lib.tunehub_workspace_bytes.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
             lib.tunehub_run.restype = ctypes.c_int
             lib.tunehub_run.argtypes = [
-                ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int,
-                ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                ctypes.c_void_p,
+                ctypes.c_void_p,
+                ctypes.POINTER(ctypes.c_int64),
+                ctypes.c_int,
+                ctypes.c_void_p,
+                ctypes.c_size_t,
+                ctypes.c_void_p,
             ]
             lib.tunehub_describe.restype = ctypes.c_char_p
             self.libraries[path] = lib
@@ -131,7 +142,10 @@ class Harness:
             self.workload = None  # free the previous problem's memory first
             self.torch.cuda.empty_cache()
             self.workload = self.wl.build_workload(
-                problem, req["dtype"], req["layout"], int(req.get("seed", 0)),
+                problem,
+                req["dtype"],
+                req["layout"],
+                int(req.get("seed", 0)),
                 int(self.info.get("l2_bytes") or 0) or (60 << 20),
             )
         return self.workload
@@ -150,16 +164,27 @@ class Harness:
         answer: dict[str, Any] = {"describe": lib.tunehub_describe().decode(errors="replace")}
         reason = lib.tunehub_can_run(dims, n_dims)
         if reason != 0:
-            return {**answer, "outcome": "runtime_error", "fatal": False,
-                    "log": f"tunehub_can_run refused: code {reason} "
-                           f"({_REASONS.get(reason, 'unknown')})"}
+            return {
+                **answer,
+                "outcome": "runtime_error",
+                "fatal": False,
+                "log": f"tunehub_can_run refused: code {reason} "
+                f"({_REASONS.get(reason, 'unknown')})",
+            }
         ws_bytes = int(lib.tunehub_workspace_bytes(dims, n_dims))
         workspace = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device="cuda")
         out_ptrs = [t.data_ptr() for t in work.outputs]
 
         def launch(i: int, stream: int) -> None:
-            rc = lib.tunehub_run(work.pointer_arrays[i], out_ptrs[i], dims, n_dims,
-                                 workspace.data_ptr(), ws_bytes, stream)
+            rc = lib.tunehub_run(
+                work.pointer_arrays[i],
+                out_ptrs[i],
+                dims,
+                n_dims,
+                workspace.data_ptr(),
+                ws_bytes,
+                stream,
+            )
             if rc != 0:
                 raise _VariantRefused(rc)
 
@@ -168,8 +193,12 @@ class Harness:
         try:
             launch(0, torch.cuda.current_stream().cuda_stream)
         except _VariantRefused as exc:
-            return {**answer, "outcome": "runtime_error", "fatal": False,
-                    "log": f"tunehub_run returned {exc.code} ({_REASONS.get(exc.code, '?')})"}
+            return {
+                **answer,
+                "outcome": "runtime_error",
+                "fatal": False,
+                "log": f"tunehub_run returned {exc.code} ({_REASONS.get(exc.code, '?')})",
+            }
         torch.cuda.synchronize()  # a fault raises here and is handled as fatal by the caller
         ok, max_err, message = self.wl.verify_output(work, req["dtype"])
         answer.update(max_abs_error=max_err, input_sets=len(work.inputs))
@@ -177,10 +206,13 @@ class Harness:
             return {**answer, "outcome": "wrong_result", "fatal": False, "log": message}
         before = self.nvml()
         timing = self.wl.time_launches(
-            launch, len(work.inputs), warmup_s=float(req.get("warmup_s", 0.05)),
+            launch,
+            len(work.inputs),
+            warmup_s=float(req.get("warmup_s", 0.05)),
             bench_s=float(req.get("bench_s", 0.2)),
             min_samples=max(10, int(req.get("min_samples", 10))),
-            max_samples=int(req.get("max_samples", 10_000)), abort_us=req.get("abort_us"),
+            max_samples=int(req.get("max_samples", 10_000)),
+            abort_us=req.get("abort_us"),
         )
         after = self.nvml()
         from tuner.nvml import suspect_reasons
@@ -192,9 +224,15 @@ class Harness:
             "samples_us": timing.samples_us,
             "log": "",
             "suspect_reasons": suspect_reasons(before, after, {os.getpid()}),
-            "provenance": {"nvml_before": before, "nvml_after": after, "batch": timing.batch,
-                           "cuda_graph": timing.graph, "input_sets": len(work.inputs),
-                           "input_set_bytes": work.set_bytes, "pid": os.getpid()},
+            "provenance": {
+                "nvml_before": before,
+                "nvml_after": after,
+                "batch": timing.batch,
+                "cuda_graph": timing.graph,
+                "input_sets": len(work.inputs),
+                "input_set_bytes": work.set_bytes,
+                "pid": os.getpid(),
+            },
         }
 
     def copy(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -202,9 +240,16 @@ class Harness:
         n = int(req.get("bytes", 1 << 30)) // 2
         src = torch.rand(n, device="cuda", dtype=torch.float32).to(torch.float16)
         dst = torch.empty_like(src)
-        timing = self.wl.time_launches(lambda i, s: dst.copy_(src), 1, warmup_s=0.2,
-                                       bench_s=0.3, min_samples=10, max_samples=1000,
-                                       abort_us=None, use_graph=False)
+        timing = self.wl.time_launches(
+            lambda i, s: dst.copy_(src),
+            1,
+            warmup_s=0.2,
+            bench_s=0.3,
+            min_samples=10,
+            max_samples=1000,
+            abort_us=None,
+            use_graph=False,
+        )
         median = sorted(timing.samples_us)[len(timing.samples_us) // 2]
         return {"samples_us": timing.samples_us, "gb_per_s": 4.0 * n / median / 1e3}
 
@@ -212,9 +257,11 @@ class Harness:
         torch = self.torch
         work = self.workload_for(req)
         kind = req["problem"].get("kind", "sum")
-        ops = {"sum": lambda x, y: torch.sum(x, dim=1, out=y),
-               "max": lambda x, y: torch.amax(x, dim=1, out=y),
-               "mean": lambda x, y: torch.mean(x, dim=1, out=y)}
+        ops = {
+            "sum": lambda x, y: torch.sum(x, dim=1, out=y),
+            "max": lambda x, y: torch.amax(x, dim=1, out=y),
+            "mean": lambda x, y: torch.mean(x, dim=1, out=y),
+        }
 
         def launch(i: int, stream: int) -> None:
             x, y = work.inputs[i][0], work.outputs[i]
@@ -223,8 +270,15 @@ class Harness:
             else:
                 ops[kind](x, y)
 
-        timing = self.wl.time_launches(launch, len(work.inputs), warmup_s=0.1, bench_s=0.2,
-                                       min_samples=10, max_samples=1000, abort_us=None)
+        timing = self.wl.time_launches(
+            launch,
+            len(work.inputs),
+            warmup_s=0.1,
+            bench_s=0.2,
+            min_samples=10,
+            max_samples=1000,
+            abort_us=None,
+        )
         return {"samples_us": timing.samples_us, "batch": timing.batch, "cuda_graph": timing.graph}
 
 
@@ -246,31 +300,48 @@ def serve(answers: IO[str]) -> int:
         return 2
     harness = Harness(info)
     _answer(answers, {"ready": True, "device": harness.info})
-    handlers = {"run": harness.run, "copy": harness.copy, "torch_baseline": harness.torch_baseline,
-                "ping": lambda req: {"ok": True, "device": harness.info}}
+    handlers = {
+        "run": harness.run,
+        "copy": harness.copy,
+        "torch_baseline": harness.torch_baseline,
+        "ping": lambda req: {"ok": True, "device": harness.info},
+    }
     for line in sys.stdin:
         if not line.strip():
             continue
         req = json.loads(line)
         handler = handlers.get(req.get("cmd", ""))
         if handler is None:
-            _answer(answers, {"outcome": "runtime_error", "fatal": False,
-                              "log": f"unknown command {req.get('cmd')!r}"})
+            _answer(
+                answers,
+                {
+                    "outcome": "runtime_error",
+                    "fatal": False,
+                    "log": f"unknown command {req.get('cmd')!r}",
+                },
+            )
             continue
         try:
             _answer(answers, handler(req))
         except Exception as exc:  # a CUDA fault (or a harness bug): report it and start afresh
             log.exception("harness request failed")
-            _answer(answers, {"outcome": "runtime_error", "fatal": True,
-                              "log": f"{type(exc).__name__}: {exc}"[-4000:]})
+            _answer(
+                answers,
+                {
+                    "outcome": "runtime_error",
+                    "fatal": True,
+                    "log": f"{type(exc).__name__}: {exc}"[-4000:],
+                },
+            )
             return 3
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="harness %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="harness %(levelname)s %(message)s"
+    )
     answers = sys.stdout
     sys.stdout = sys.stderr  # stray prints from libraries must not corrupt the answer stream
     if "--probe" in args:

@@ -53,13 +53,19 @@ class HarnessProcess:
         """Start the process and wait for its ready line; a failure answer when it has none."""
         self.answers = queue.Queue()
         self.proc = subprocess.Popen(
-            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=self.env, start_new_session=True,
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            start_new_session=True,
         )
         self.starts += 1
         assert self.proc.stdout is not None and self.proc.stderr is not None
-        threading.Thread(target=self._pump_answers, args=(self.proc.stdout, self.answers),
-                         daemon=True).start()
+        threading.Thread(
+            target=self._pump_answers, args=(self.proc.stdout, self.answers), daemon=True
+        ).start()
         threading.Thread(target=self._pump_stderr, args=(self.proc.stderr,), daemon=True).start()
         log.info("started CUDA harness pid %d", self.proc.pid)
         try:
@@ -117,8 +123,11 @@ class HarnessProcess:
         rc = self.proc.wait(timeout=_STOP_TIMEOUT_S) if self.proc is not None else None
         self.proc = None
         tail = "\n".join(list(self.stderr_tail)[-40:])
-        return {"outcome": "runtime_error", "fatal": True,
-                "log": f"harness exited with code {rc}\n{tail}"[-4000:]}
+        return {
+            "outcome": "runtime_error",
+            "fatal": True,
+            "log": f"harness exited with code {rc}\n{tail}"[-4000:],
+        }
 
     def kill(self) -> None:
         if self.proc is None:

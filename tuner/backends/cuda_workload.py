@@ -18,8 +18,15 @@ import torch
 from tuner.problems import Conv2dProblem, GemmProblem, Problem, ReduceProblem, SoftmaxProblem
 from tuner.reference import tolerance
 
-__all__ = ["Workload", "build_workload", "verify_output", "time_launches", "TimingRun",
-           "KIND_CODES", "TORCH_DTYPES"]
+__all__ = [
+    "Workload",
+    "build_workload",
+    "verify_output",
+    "time_launches",
+    "TimingRun",
+    "KIND_CODES",
+    "TORCH_DTYPES",
+]
 
 TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 KIND_CODES = {"sum": 0, "max": 1, "mean": 2}
@@ -76,8 +83,9 @@ def _reference(problem: Problem, layout: str, inputs: list[torch.Tensor]) -> tor
     if isinstance(problem, Conv2dProblem):
         x = inputs[0].float().permute(0, 3, 1, 2)
         w = inputs[1].float().permute(0, 3, 1, 2)
-        y = torch.nn.functional.conv2d(x, w, stride=problem.stride, padding=problem.pad,
-                                       dilation=problem.dilation)
+        y = torch.nn.functional.conv2d(
+            x, w, stride=problem.stride, padding=problem.pad, dilation=problem.dilation
+        )
         return y.permute(0, 2, 3, 1).contiguous()
     x = inputs[0].float()
     if isinstance(problem, ReduceProblem):
@@ -101,15 +109,20 @@ def build_workload(problem: Problem, dtype: str, layout: str, seed: int, l2_byte
     gen = torch.Generator(device="cuda")
     gen.manual_seed(seed)
     inputs = [[_uniform(s, dtype, scale, gen) for s in in_shapes] for _ in range(n_sets)]
-    outputs = [torch.empty(out_shape, dtype=TORCH_DTYPES[dtype], device="cuda")
-               for _ in range(n_sets)]
+    outputs = [
+        torch.empty(out_shape, dtype=TORCH_DTYPES[dtype], device="cuda") for _ in range(n_sets)
+    ]
     dims = [int(v) for v in problem.int_dims().values()]
     if isinstance(problem, ReduceProblem):
         dims.append(KIND_CODES[problem.kind])
     work = Workload(
         key=f"{problem.op}|{dtype}|{layout}|{problem.key()}|{seed}",
-        inputs=inputs, outputs=outputs, expected=_reference(problem, layout, inputs[0]),
-        dims=dims, reduction_len=problem.reduction_length(), set_bytes=set_bytes,
+        inputs=inputs,
+        outputs=outputs,
+        expected=_reference(problem, layout, inputs[0]),
+        dims=dims,
+        reduction_len=problem.reduction_length(),
+        set_bytes=set_bytes,
     )
     work.pointer_arrays = [(ctypes.c_void_p * len(s))(*[t.data_ptr() for t in s]) for s in inputs]
     return work
@@ -129,9 +142,15 @@ def verify_output(work: Workload, dtype: str) -> tuple[bool, float, str]:
     if not bool((excess > 0).any()):
         return True, worst, "ok"
     flat = int(excess.argmax())
-    return False, worst, (f"max |error| {worst:.3g}; worst at flat index {flat}: got "
-                          f"{float(got.flatten()[flat]):.6g}, expected "
-                          f"{float(work.expected.flatten()[flat]):.6g}")
+    return (
+        False,
+        worst,
+        (
+            f"max |error| {worst:.3g}; worst at flat index {flat}: got "
+            f"{float(got.flatten()[flat]):.6g}, expected "
+            f"{float(work.expected.flatten()[flat]):.6g}"
+        ),
+    )
 
 
 @dataclass
@@ -152,9 +171,17 @@ def _elapsed_us(fn: Callable[[], None]) -> float:
 
 
 def time_launches(
-    launch: Callable[[int, int], None], n_sets: int, *, warmup_s: float, bench_s: float,
-    min_samples: int, max_samples: int, abort_us: float | None, batch_us: float = 1000.0,
-    use_graph: bool = True, max_batch: int = 2000,
+    launch: Callable[[int, int], None],
+    n_sets: int,
+    *,
+    warmup_s: float,
+    bench_s: float,
+    min_samples: int,
+    max_samples: int,
+    abort_us: float | None,
+    batch_us: float = 1000.0,
+    use_graph: bool = True,
+    max_batch: int = 2000,
 ) -> TimingRun:
     """Per-launch microseconds: batches of back-to-back launches (rotating the input sets),
     captured in a CUDA graph when possible, each batch timed with CUDA events.

@@ -21,7 +21,13 @@ __all__ = ["CpuGemmSpace", "GEMM_LAYOUTS", "REGISTER_TILES"]
 GEMM_LAYOUTS = ("rcr", "rrr", "crr", "ccr")
 #: (MR, NR): MR rows of NR float lanes each; NR is the vector width of the micro-kernel
 REGISTER_TILES: tuple[tuple[int, int], ...] = (
-    (4, 8), (8, 8), (6, 16), (8, 16), (12, 16), (4, 32), (8, 32),
+    (4, 8),
+    (8, 8),
+    (6, 16),
+    (8, 16),
+    (12, 16),
+    (4, 32),
+    (8, 32),
 )
 #: accumulator floats a tile may hold without AVX-512 (16 ymm registers of 8 floats)
 MAX_TILE_FLOATS_AVX2 = 128
@@ -56,8 +62,14 @@ class CpuGemmSpace(VariantSpace):
             yield {"mr": mr, "nr": nr, "mc": mc, "kc": kc, "nc": NC_BLOCK, "packed": True}
         for mr, nr in UNPACKED_TILES:
             if _tile_fits(mr, nr, arch):
-                yield {"mr": mr, "nr": nr, "mc": UNPACKED_MC, "kc": UNPACKED_KC, "nc": NC_BLOCK,
-                       "packed": False}
+                yield {
+                    "mr": mr,
+                    "nr": nr,
+                    "mc": UNPACKED_MC,
+                    "kc": UNPACKED_KC,
+                    "nc": NC_BLOCK,
+                    "packed": False,
+                }
 
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
         if not isinstance(problem, GemmProblem):

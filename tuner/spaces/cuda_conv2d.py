@@ -33,8 +33,16 @@ DEFAULT_MAX_VARIANTS = 12
 
 #: threadblock tiles (M, N, K), strongest first
 _TILES = (
-    (128, 128, 64), (128, 128, 32), (256, 128, 32), (128, 256, 32), (128, 64, 32),
-    (64, 128, 32), (128, 64, 64), (64, 128, 64), (64, 64, 64), (64, 64, 32),
+    (128, 128, 64),
+    (128, 128, 32),
+    (256, 128, 32),
+    (128, 256, 32),
+    (128, 64, 32),
+    (64, 128, 32),
+    (128, 64, 64),
+    (64, 128, 64),
+    (64, 64, 64),
+    (64, 64, 32),
 )
 _STAGES = (3, 4, 5)
 _ITERATORS = ("opt", "analytic")
@@ -65,15 +73,28 @@ class CudaConv2dSpace(VariantSpace):
         ):
             if stages * (tm + tn) * tk * 2 > _smem_limit(sm):
                 continue
-            out.append({
-                "tile_m": tm, "tile_n": tn, "tile_k": tk,
-                "warp_m": 64 if tm >= 128 else 32, "warp_n": 64 if tn >= 128 else 32,
-                "stages": stages, "iterator": iterator, "align": align, "swizzle": swizzle,
-            })
+            out.append(
+                {
+                    "tile_m": tm,
+                    "tile_n": tn,
+                    "tile_k": tk,
+                    "warp_m": 64 if tm >= 128 else 32,
+                    "warp_n": 64 if tn >= 128 else 32,
+                    "stages": stages,
+                    "iterator": iterator,
+                    "align": align,
+                    "swizzle": swizzle,
+                }
+            )
 
         def rank(p: Params) -> tuple[Any, ...]:
-            return (p["align"] != 8, p["iterator"] != "opt", p["swizzle"] != 1,
-                    abs(p["stages"] - 3), _TILES.index((p["tile_m"], p["tile_n"], p["tile_k"])))
+            return (
+                p["align"] != 8,
+                p["iterator"] != "opt",
+                p["swizzle"] != 1,
+                abs(p["stages"] - 3),
+                _TILES.index((p["tile_m"], p["tile_n"], p["tile_k"])),
+            )
 
         return sorted(out, key=rank)
 
@@ -84,16 +105,21 @@ class CudaConv2dSpace(VariantSpace):
         for dim in ("c", "k"):
             if getattr(problem, dim) % align:
                 return f"{dim}={getattr(problem, dim)} is not a multiple of {align}"
-        if align < elements_per_16_bytes(dtype) and problem.c % elements_per_16_bytes(dtype) == 0 \
-                and problem.k % elements_per_16_bytes(dtype) == 0:
+        if (
+            align < elements_per_16_bytes(dtype)
+            and problem.c % elements_per_16_bytes(dtype) == 0
+            and problem.k % elements_per_16_bytes(dtype) == 0
+        ):
             return "channels allow 16-byte loads: the narrower alignment only loses"
         return None
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
         parts = [
             f"conv2d_{dtype}_{layout}_{params['tile_m']}x{params['tile_n']}x{params['tile_k']}",
-            f"w{params['warp_m']}x{params['warp_n']}", f"s{params['stages']}",
-            params["iterator"], f"a{params['align']}",
+            f"w{params['warp_m']}x{params['warp_n']}",
+            f"s{params['stages']}",
+            params["iterator"],
+            f"a{params['align']}",
         ]
         if params["swizzle"] != 1:
             parts.append(f"sw{params['swizzle']}")

@@ -169,13 +169,27 @@ def _sm90_rank(params: Params) -> tuple[Any, ...]:
 def _sm90_params() -> list[Params]:
     out: list[Params] = []
     for tm, tn, tk, (cm, cn), schedule, scheduler, raster, swizzle in itertools.product(
-        _SM90_TILE_MN, _SM90_TILE_MN, _SM90_TILE_K, _SM90_CLUSTERS, _SM90_SCHEDULES,
-        _SM90_SCHEDULERS, _SM90_RASTERS, _SM90_SWIZZLES,
+        _SM90_TILE_MN,
+        _SM90_TILE_MN,
+        _SM90_TILE_K,
+        _SM90_CLUSTERS,
+        _SM90_SCHEDULES,
+        _SM90_SCHEDULERS,
+        _SM90_RASTERS,
+        _SM90_SWIZZLES,
     ):
         params: Params = {
-            "family": "sm90", "tile_m": tm, "tile_n": tn, "tile_k": tk, "cluster_m": cm,
-            "cluster_n": cn, "schedule": schedule, "scheduler": scheduler, "raster": raster,
-            "swizzle": swizzle, "splits": 1,
+            "family": "sm90",
+            "tile_m": tm,
+            "tile_n": tn,
+            "tile_k": tk,
+            "cluster_m": cm,
+            "cluster_n": cn,
+            "schedule": schedule,
+            "scheduler": scheduler,
+            "raster": raster,
+            "swizzle": swizzle,
+            "splits": 1,
         }
         if sm90_static_reason(params) is not None:
             continue
@@ -192,17 +206,31 @@ def _sm80_params(sm: int) -> list[Params]:
         _SM80_TILE_K, _SM80_TILE_MN, _SM80_TILE_MN, _SM80_STAGES, _SM80_SPLIT_K, _SM80_SWIZZLES
     ):
         params: Params = {
-            "family": "sm80", "tile_m": tm, "tile_n": tn, "tile_k": tk,
-            "warp_m": 64 if tm >= 128 else 32, "warp_n": 64 if tn >= 128 else 32,
-            "stages": stages, "split_k": split_k, "swizzle": swizzle,
+            "family": "sm80",
+            "tile_m": tm,
+            "tile_n": tn,
+            "tile_k": tk,
+            "warp_m": 64 if tm >= 128 else 32,
+            "warp_n": 64 if tn >= 128 else 32,
+            "stages": stages,
+            "split_k": split_k,
+            "swizzle": swizzle,
         }
         if sm80_static_reason(params, sm) is None:
             out.append(params)
 
     def rank(p: Params) -> tuple[Any, ...]:
-        return (p["split_k"], p["swizzle"], abs(p["tile_m"] * p["tile_n"] - 128 * 128),
-                abs(p["tile_m"] - p["tile_n"]), p["tile_k"] != 32, abs(p["stages"] - 4),
-                p["tile_m"], p["tile_n"], p["stages"])
+        return (
+            p["split_k"],
+            p["swizzle"],
+            abs(p["tile_m"] * p["tile_n"] - 128 * 128),
+            abs(p["tile_m"] - p["tile_n"]),
+            p["tile_k"] != 32,
+            abs(p["stages"] - 4),
+            p["tile_m"],
+            p["tile_n"],
+            p["stages"],
+        )
 
     return sorted(out, key=rank)
 
@@ -251,8 +279,10 @@ class CudaGemmSpace(VariantSpace):
         if params["family"] == "sm90" and params["splits"] > 1:
             k_tiles = -(-problem.k // params["tile_k"])
             if k_tiles < 2 * params["splits"]:
-                return (f"k={problem.k} has {k_tiles} k-tiles of {params['tile_k']}: "
-                        f"too few to split {params['splits']} ways")
+                return (
+                    f"k={problem.k} has {k_tiles} k-tiles of {params['tile_k']}: "
+                    f"too few to split {params['splits']} ways"
+                )
         if params["family"] == "sm80" and params["split_k"] > 1:
             if problem.k < params["split_k"] * params["tile_k"] * 2:
                 return f"k={problem.k} is too short to split {params['split_k']} ways"

@@ -57,8 +57,13 @@ class CudaSoftmaxSpace(VariantSpace):
                 for strategy, group, threads in row_mappings():
                     if mode == "2pass" and strategy == "group":
                         continue
-                    yield {"pack": pack, "strategy": strategy, "group": group,
-                           "threads": threads, "mode": mode}
+                    yield {
+                        "pack": pack,
+                        "strategy": strategy,
+                        "group": group,
+                        "threads": threads,
+                        "mode": mode,
+                    }
 
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
         reason = prune_row_mapping(params, problem, layout)
@@ -71,8 +76,10 @@ class CudaSoftmaxSpace(VariantSpace):
         return None
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
-        return (f"softmax_{dtype}_p{params['pack']}_{mapping_label(params)}"
-                f"_t{params['threads']}_{params['mode']}")
+        return (
+            f"softmax_{dtype}_p{params['pack']}_{mapping_label(params)}"
+            f"_t{params['threads']}_{params['mode']}"
+        )
 
     def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
         reg = params["mode"] == "reg"

@@ -77,8 +77,10 @@ class _Encoding:
         # a matrix of encoded candidates for vectorized nearest-neighbour look-ups
         self._columns = list(self.distributions)
         self._table = np.array(
-            [[self._encode_value(key, params.get(key)) for key in self._columns]
-             for params in candidates],
+            [
+                [self._encode_value(key, params.get(key)) for key in self._columns]
+                for params in candidates
+            ],
             dtype=object,
         ).reshape(len(candidates), len(self._columns))
 
@@ -107,8 +109,9 @@ class TpeStrategy(Strategy):
 
     name = "tpe"
 
-    def __init__(self, candidates: Sequence[Params], seed: int = 0,
-                 startup: int | None = None) -> None:
+    def __init__(
+        self, candidates: Sequence[Params], seed: int = 0, startup: int | None = None
+    ) -> None:
         super().__init__(candidates, seed)
         count = len(self.candidates)
         self.startup = startup if startup is not None else min(count, max(3, count // 20))
@@ -116,9 +119,7 @@ class TpeStrategy(Strategy):
         self._asked = np.zeros(count, dtype=bool)
         self._startup_order = [int(i) for i in np.random.default_rng(seed).permutation(count)]
         with _quiet_optuna():
-            sampler = optuna.samplers.TPESampler(
-                seed=seed, n_startup_trials=0, multivariate=True
-            )
+            sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=0, multivariate=True)
             self._study = optuna.create_study(direction="minimize", sampler=sampler)
 
     def ask(self, n: int) -> list[int]:
@@ -132,11 +133,13 @@ class TpeStrategy(Strategy):
     def tell(self, index: int, score: float | None) -> None:
         value = FAILED_SCORE if score is None or not math.isfinite(score) else float(score)
         with _quiet_optuna():
-            self._study.add_trial(create_trial(
-                params=self._encoding.encode(self.candidates[index]),
-                distributions=self._encoding.distributions,
-                value=value,
-            ))
+            self._study.add_trial(
+                create_trial(
+                    params=self._encoding.encode(self.candidates[index]),
+                    distributions=self._encoding.distributions,
+                    value=value,
+                )
+            )
 
     def _next_startup(self) -> int:
         return next(i for i in self._startup_order if not self._asked[i])
