@@ -91,48 +91,82 @@ def _check_device(job: Job, body: ResultsIn) -> None:
         )
 
 
+def _stored_variants(session: Session, lease_id: str, variant_ids: set[str]) -> set[str]:
+    """Which of ``variant_ids`` this lease has already stored (a retried upload)."""
+    if not variant_ids:
+        return set()
+    return set(
+        session.scalars(
+            select(Measurement.variant_id).where(
+                Measurement.lease_id == lease_id, Measurement.variant_id.in_(variant_ids)
+            )
+        )
+    )
+
+
+def _replayed_answer(session: Session, task: Task, stored: int) -> dict[str, Any]:
+    """The answer of a final upload, given again to its retry."""
+    winner = None
+    if task.winner_measurement_id is not None:
+        measurement = session.get(Measurement, task.winner_measurement_id)
+        variant = session.get(Variant, measurement.variant_id) if measurement else None
+        if measurement is not None and variant is not None:
+            winner = winner_dict(measurement, variant)
+    return {"stored": stored, "winner": winner, "task_status": task.status}
+
+
 def store_results(session: Session, lease_id: str, body: ResultsIn) -> dict[str, Any]:
     """Store a batch for the lease; on ``final`` end the task and upsert the best config.
 
-    Raises NotFound (unknown lease), Conflict (lease lost or already final) or InvalidInput.
+    Idempotent: a measurement is stored once per (lease, variant), so a retried batch adds no
+    rows, and a retried final upload gets the answer of the first. Raises NotFound (unknown
+    lease), Conflict (lease lost, or new measurements after the final one) or InvalidInput.
     Commits nothing; the caller commits once, so the batch and the upsert land together.
     """
-    _lease, task = held_task(session, lease_id)
+    lease, task = held_task(session, lease_id)
+    batch = {item.variant_id: item for item in body.measurements}
+    already = _stored_variants(session, lease.id, set(batch))
     if task.status in ("done", "failed"):
+        if body.final and set(batch) <= already:
+            return _replayed_answer(session, task, len(batch))
         raise Conflict(f"lease {lease_id} is finished: the task is {task.status}")
     job = session.get(Job, task.job_id)
     assert job is not None
-    stored: list[Measurement] = []
     device_id = toolchain_id = None
-    if body.measurements:
+    if batch:
         assert body.device is not None and body.toolchain is not None
         _check_device(job, body)
         device = device_row(session, **body.device.model_dump())
         toolchain = toolchain_row(session, **body.toolchain.model_dump())
         device_id, toolchain_id = device.id, toolchain.id
         ensure_variants(
-            session, job.op, [(m.variant_id, m.variant_name, m.params) for m in body.measurements]
+            session, job.op, [(m.variant_id, m.variant_name, m.params) for m in batch.values()]
         )
-        for item in body.measurements:
-            fields = item.model_dump(exclude={"variant_name", "params"})
-            measurement = Measurement(
-                **fields,
-                task_id=task.id,
-                job_id=job.id,
-                op=job.op,
-                dtype=job.dtype,
-                layout=job.layout,
-                problem=task.problem,
-                problem_key=task.problem_key,
-                device_id=device.id,
-                toolchain_id=toolchain.id,
-            )
-            session.add(measurement)
-            stored.append(measurement)
-        session.flush()
+        now = utcnow()
+        rows = [
+            {
+                **item.model_dump(exclude={"variant_name", "params"}),
+                "task_id": task.id,
+                "job_id": job.id,
+                "op": job.op,
+                "dtype": job.dtype,
+                "layout": job.layout,
+                "problem": task.problem,
+                "problem_key": task.problem_key,
+                "device_id": device.id,
+                "toolchain_id": toolchain.id,
+                "lease_id": lease.id,
+                "worker_id": lease.worker_id,
+                "created_at": now,
+            }
+            for variant_id, item in batch.items()
+            if variant_id not in already
+        ]
+        # ON CONFLICT DO NOTHING: two concurrent retries of one batch store it once
+        insert_ignore(session, Measurement, rows)
     winner = _finish(session, task, job, body, device_id, toolchain_id) if body.final else None
     session.flush()
-    return {"stored": len(stored), "winner": winner, "task_status": task.status}
+    return {"stored": len(batch), "winner": winner, "task_status": task.status}
 
 
 def _finish(

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response, status
 
 from service.api.deps import SessionDep, SettingsDep, require_scope
-from service.errors import NotFound
 from service.schemas.worker import (
     HeartbeatIn,
     HeartbeatOut,
@@ -17,16 +16,17 @@ from service.schemas.worker import (
     ResultsIn,
     ResultsOut,
 )
-from service.store.models import Worker
+from service.store.models import ApiToken
 from service.store.queue import claim_task, heartbeat
 from service.store.results import store_results
-from service.store.validation import usable_id
+from service.store.tokens import check_lease_owner, owned_worker
 
 __all__ = ["router"]
 
-router = APIRouter(
-    prefix="/v1/leases", tags=["leases"], dependencies=[Depends(require_scope("worker"))]
-)
+router = APIRouter(prefix="/v1/leases", tags=["leases"])
+
+#: a worker-scope token; it may act only for the workers it registered
+WorkerToken = Annotated[ApiToken, Depends(require_scope("worker"))]
 
 
 @router.post(
@@ -35,11 +35,9 @@ router = APIRouter(
     responses={204: {"description": "no queued task matches this worker's devices"}},
 )
 def lease_task(
-    body: LeaseRequest, session: SessionDep, settings: SettingsDep
+    body: LeaseRequest, session: SessionDep, settings: SettingsDep, token: WorkerToken
 ) -> LeaseOut | Response:
-    worker = session.get(Worker, body.worker_id) if usable_id(body.worker_id) else None
-    if worker is None:
-        raise NotFound(f"worker {body.worker_id!r} not found; register with POST /v1/workers")
+    worker = owned_worker(session, body.worker_id, token)
     claimed = claim_task(session, worker, body.backends, settings.lease_seconds)
     if claimed is None:
         session.commit()  # expired leases may have been requeued
@@ -74,8 +72,13 @@ def lease_task(
     responses={409: {"description": "the lease is no longer held"}},
 )
 def lease_heartbeat(
-    lease_id: str, body: HeartbeatIn, session: SessionDep, settings: SettingsDep
+    lease_id: str,
+    body: HeartbeatIn,
+    session: SessionDep,
+    settings: SettingsDep,
+    token: WorkerToken,
 ) -> HeartbeatOut:
+    check_lease_owner(session, lease_id, token)
     expires_at, cancelled = heartbeat(
         session, lease_id, body.done, body.total, settings.lease_seconds
     )
@@ -88,9 +91,12 @@ def lease_heartbeat(
     response_model=ResultsOut,
     responses={409: {"description": "the lease is no longer held, or already final"}},
 )
-def lease_results(lease_id: str, body: ResultsIn, session: SessionDep) -> dict[str, Any]:
+def lease_results(
+    lease_id: str, body: ResultsIn, session: SessionDep, token: WorkerToken
+) -> dict[str, Any]:
     """Store a batch of measurements; ``final`` ends the task and upserts the best config in
-    the same transaction."""
+    the same transaction. A retried batch adds no rows and gets the same answer."""
+    check_lease_owner(session, lease_id, token)
     answer = store_results(session, lease_id, body)
     session.commit()
     return answer

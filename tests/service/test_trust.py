@@ -1,0 +1,111 @@
+"""Writes nobody can forge: worker tokens bound to their workers, idempotent uploads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select
+
+from service.store.models import Measurement, Worker
+from service.store.tokens import create_token
+
+
+def _worker_token(api: Any, name: str) -> dict[str, str]:
+    """A second worker-scope token, as a second GPU host would hold."""
+    with api.harness.sessionmaker() as session:
+        token = create_token(session, name, ["worker"])
+        session.commit()
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _register(api: Any, headers: dict[str, str], name: str = "w") -> str:
+    response = api.client.post(
+        "/v1/workers", json={"name": name, "devices": [api.CPU_DEVICE]}, headers=headers
+    )
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def _results(api: Any, lease_id: str, headers: dict[str, str], **body: Any) -> Any:
+    payload = {"device": api.CPU_DEVICE, "toolchain": api.TOOLCHAIN, "final": True, **body}
+    return api.client.post(f"/v1/leases/{lease_id}/results", json=payload, headers=headers)
+
+
+def _count(api: Any) -> int:
+    with api.harness.sessionmaker() as session:
+        return session.scalar(select(func.count()).select_from(Measurement)) or 0
+
+
+def test_the_worker_is_bound_to_the_token_that_registered_it(api: Any) -> None:
+    worker_id = api.register()
+    with api.harness.sessionmaker() as session:
+        worker = session.get(Worker, worker_id)
+        assert worker is not None and worker.token_id is not None
+
+
+def test_another_token_cannot_lease_for_a_worker(api: Any) -> None:
+    api.submit()
+    worker_id = api.register()
+    intruder = _worker_token(api, "intruder")
+    response = api.client.post(
+        "/v1/leases", json={"worker_id": worker_id, "backends": ["cpu"]}, headers=intruder
+    )
+    assert response.status_code == 403, response.text
+    assert "another token" in response.json()["detail"]
+    # nothing was leased: the owner still gets the task
+    assert api.lease(worker_id) is not None
+
+
+def test_another_worker_cannot_heartbeat_or_upload_to_a_lease(api: Any) -> None:
+    job = api.submit()
+    leased = api.lease(api.register())
+    assert leased is not None
+    lease_id = leased["lease_id"]
+    intruder = _worker_token(api, "intruder")
+    _register(api, intruder, "intruder-host")  # a registered worker of its own changes nothing
+
+    beat = api.client.post(
+        f"/v1/leases/{lease_id}/heartbeat", json={"done": 1, "total": 2}, headers=intruder
+    )
+    assert beat.status_code == 403, beat.text
+    fake = _results(api, lease_id, intruder, measurements=[api.measurement("fake", 0.001)])
+    assert fake.status_code == 403, fake.text
+    assert "another token" in fake.json()["detail"]
+    assert _count(api) == 0
+    assert api.get_job(job["id"])["status"] == "running"
+    # no fake winner is served
+    best = api.best(op="reduce", dtype="f32", m=1024, k=4096, kind="sum")
+    assert best.status_code == 404
+    # the holder carries on
+    assert api.heartbeat(lease_id, 1, 2).status_code == 200
+    api.upload(lease_id, [api.measurement("real", 5.0)])
+    assert api.get_job(job["id"])["problems"][0]["winner"]["variant_name"] == "real"
+
+
+def test_an_unknown_lease_is_still_404_for_any_worker_token(api: Any) -> None:
+    intruder = _worker_token(api, "other")
+    response = _results(api, "nope", intruder, measurements=[api.measurement("a", 1.0)])
+    assert response.status_code == 404
+
+
+def test_a_retried_upload_adds_no_rows_and_gets_the_same_answer(api: Any) -> None:
+    api.submit()
+    leased = api.lease(api.register())
+    assert leased is not None
+    lease_id = leased["lease_id"]
+    partial = [api.measurement("a", 10.0), api.measurement("b", None, outcome="timeout")]
+    first = api.upload(lease_id, partial, final=False)
+    again = api.upload(lease_id, partial, final=False)
+    assert first == again == {"stored": 2, "winner": None, "task_status": "running"}
+    assert _count(api) == 2
+
+    final = [api.measurement("c", 4.0), api.measurement("a", 10.0)]
+    answer = api.upload(lease_id, final)
+    assert answer["task_status"] == "done" and answer["winner"]["variant_name"] == "c"
+    assert _count(api) == 3
+    # the final upload retried (its answer was lost on the way): same answer, no rows
+    assert api.upload(lease_id, final) == answer
+    assert _count(api) == 3
+    # but new measurements after the final one are refused
+    api.upload(lease_id, [api.measurement("d", 1.0)], expect=409)
+    assert _count(api) == 3
