@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     migrate_on_start: bool = False
     lease_seconds: int = Field(default=120, ge=1)
     read_token_required: bool = False
+    #: refuse uploaded measurements whose variant the op's space does not accept for the
+    #: problem and device (tuner.verify); off only for tests that upload synthetic variants
+    verify_variants: bool = True
     compile_workers: int = Field(default=0, ge=0)
     bench_seconds: float = Field(default=0.2, gt=0)
     #: a benchmark file (the format of docs/benchmarks/h200.json): the web UI draws its vendor

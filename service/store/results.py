@@ -24,9 +24,19 @@ from service.store.keys import (
     selector_matches,
     toolchain_row,
 )
-from service.store.models import BestConfig, Job, Measurement, Task, Variant, utcnow
+from service.store.models import (
+    BestConfig,
+    Job,
+    Measurement,
+    Task,
+    Variant,
+    WorkerDevice,
+    utcnow,
+)
 from service.store.queue import held_task, refresh_job_status
 from service.store.views import winner_dict
+from tuner.problems import problem_from_dict
+from tuner.verify import canonical_params, variant_rejection
 
 __all__ = ["TIE_BAND", "pick_winner", "upsert_best", "store_results"]
 
@@ -91,6 +101,61 @@ def _check_device(job: Job, body: ResultsIn) -> None:
         )
 
 
+def _check_variants(
+    session: Session, job: Job, task: Task, body: ResultsIn, new: set[str], verify: bool
+) -> None:
+    """422 naming the measurement whose variant the op's space does not accept for the
+    task's problem on the reported device, or whose id is stored with other params."""
+    assert body.device is not None
+    known = {row.id: row for row in session.scalars(select(Variant).where(Variant.id.in_(new)))}
+    problem = problem_from_dict(job.op, dict(task.problem)) if verify else None
+    for index, item in enumerate(body.measurements):
+        if item.variant_id not in new:
+            continue
+        loc: list[str | int] = ["body", "measurements", index]
+        stored = known.get(item.variant_id)
+        if stored is not None and (
+            stored.op != job.op
+            or stored.name != item.variant_name
+            or canonical_params(stored.params) != canonical_params(item.params)
+        ):
+            raise InvalidInput(
+                [*loc, "variant_id"],
+                f"variant {item.variant_id} is stored as {stored.op} {stored.name!r} with other "
+                "params",
+            )
+        if problem is None:
+            continue
+        reason = variant_rejection(
+            job.op,
+            body.device.backend,
+            job.dtype,
+            job.layout,
+            body.device.arch,
+            problem,
+            item.params,
+            item.variant_name,
+            pruned_ok=item.outcome == "pruned",
+        )
+        if reason is not None:
+            raise InvalidInput([*loc, "variant_name"], f"{item.variant_name!r}: {reason}")
+
+
+def _check_registered(session: Session, worker_id: str, device_id: int, body: ResultsIn) -> None:
+    registered = session.scalar(
+        select(WorkerDevice.device_id).where(
+            WorkerDevice.worker_id == worker_id, WorkerDevice.device_id == device_id
+        )
+    )
+    if registered is None:
+        assert body.device is not None
+        raise InvalidInput(
+            ["body", "device"],
+            f"device {body.device.backend}:{body.device.name}:{body.device.arch}:"
+            f"{body.device.sm_count} is not one this worker registered",
+        )
+
+
 def _stored_variants(session: Session, lease_id: str, variant_ids: set[str]) -> set[str]:
     """Which of ``variant_ids`` this lease has already stored (a retried upload)."""
     if not variant_ids:
@@ -115,12 +180,17 @@ def _replayed_answer(session: Session, task: Task, stored: int) -> dict[str, Any
     return {"stored": stored, "winner": winner, "task_status": task.status}
 
 
-def store_results(session: Session, lease_id: str, body: ResultsIn) -> dict[str, Any]:
+def store_results(
+    session: Session, lease_id: str, body: ResultsIn, *, verify: bool = True
+) -> dict[str, Any]:
     """Store a batch for the lease; on ``final`` end the task and upsert the best config.
 
     Idempotent: a measurement is stored once per (lease, variant), so a retried batch adds no
-    rows, and a retried final upload gets the answer of the first. Raises NotFound (unknown
-    lease), Conflict (lease lost, or new measurements after the final one) or InvalidInput.
+    rows, and a retried final upload gets the answer of the first. The device must be one the
+    lease's worker registered, and with ``verify`` every variant one the op's space accepts
+    for the problem on that device (:func:`tuner.verify.variant_rejection`). Raises NotFound
+    (unknown lease), Conflict (lease lost, or new measurements after the final one) or
+    InvalidInput.
     Commits nothing; the caller commits once, so the batch and the upsert land together.
     """
     lease, task = held_task(session, lease_id)
@@ -139,6 +209,8 @@ def store_results(session: Session, lease_id: str, body: ResultsIn) -> dict[str,
         device = device_row(session, **body.device.model_dump())
         toolchain = toolchain_row(session, **body.toolchain.model_dump())
         device_id, toolchain_id = device.id, toolchain.id
+        _check_registered(session, lease.worker_id, device.id, body)
+        _check_variants(session, job, task, body, set(batch) - already, verify)
         ensure_variants(
             session, job.op, [(m.variant_id, m.variant_name, m.params) for m in batch.values()]
         )

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
+from service.api.app import create_app
+from service.settings import Settings
 from service.store.models import Measurement, Worker
-from service.store.tokens import create_token
+from service.store.tokens import SCOPES, create_token
 
 
 def _worker_token(api: Any, name: str) -> dict[str, str]:
@@ -109,3 +115,97 @@ def test_a_retried_upload_adds_no_rows_and_gets_the_same_answer(api: Any) -> Non
     # but new measurements after the final one are refused
     api.upload(lease_id, [api.measurement("d", 1.0)], expect=409)
     assert _count(api) == 3
+
+
+# -- uploaded variants must be ones the op's space accepts ----------------------------------
+
+REAL = {"pack": 4, "acc": 2, "unroll": 2}
+
+
+def _real(name: str = "reduce_f32_p4_a2_u2", params: dict[str, Any] | None = None, **kw: Any):
+    item = {
+        "variant_id": "f" * 64,
+        "variant_name": name,
+        "params": dict(REAL if params is None else params),
+        "outcome": "ok",
+        "median_us": 5.0,
+    }
+    return {**item, **kw}
+
+
+@pytest.fixture
+def strict_api(api: Any, settings: Settings) -> Iterator[Any]:
+    """The API driver over an app that verifies uploaded variants (the default setting)."""
+    app = create_app(settings.model_copy(update={"verify_variants": True}))
+    with app.state.sessionmaker() as session:
+        tokens = {scope: create_token(session, f"strict-{scope}", [scope]) for scope in SCOPES}
+        session.commit()
+    headers = {scope: {"Authorization": f"Bearer {t}"} for scope, t in tokens.items()}
+    with TestClient(app) as client:
+        harness = SimpleNamespace(
+            client=client, sessionmaker=app.state.sessionmaker, tokens=tokens, **headers
+        )
+        yield type(api)(harness)
+
+
+def _strict_lease(api: Any, **job: Any) -> str:
+    api.submit(**job)
+    leased = api.lease(api.register())
+    assert leased is not None
+    return leased["lease_id"]
+
+
+def test_a_real_variant_of_the_space_is_accepted(strict_api: Any) -> None:
+    lease_id = _strict_lease(strict_api)
+    answer = strict_api.upload(lease_id, [_real()])
+    assert answer["winner"]["variant_name"] == "reduce_f32_p4_a2_u2"
+
+
+@pytest.mark.parametrize(
+    ("measurement", "says"),
+    [
+        (_real(params={"pack": 3, "acc": 2, "unroll": 2}), "not in the cpu reduce space"),
+        (_real(params={**REAL, "evil": 1}), "not in the cpu reduce space"),
+        (_real(name="reduce_f32_p8_a8_u2"), "does not match its params"),
+        (_real(name="fastest_ever"), "does not match its params"),
+    ],
+)
+def test_an_invented_variant_is_422_naming_it(
+    strict_api: Any, measurement: dict[str, Any], says: str
+) -> None:
+    lease_id = _strict_lease(strict_api)
+    ok = _real(name="reduce_f32_p1_a1_u1", params={"pack": 1, "acc": 1, "unroll": 1})
+    ok["variant_id"] = "e" * 64
+    error = strict_api.upload(lease_id, [ok, measurement], expect=422)["detail"][0]
+    assert error["loc"] == ["body", "measurements", 1, "variant_name"]
+    assert says in error["msg"] and measurement["variant_name"] in error["msg"]
+    assert _count(strict_api) == 0  # the whole batch is refused
+
+
+def test_a_variant_pruned_for_the_problem_is_422(strict_api: Any) -> None:
+    lease_id = _strict_lease(strict_api, problems=[{"m": 64, "k": 8, "kind": "sum"}])
+    error = strict_api.upload(lease_id, [_real()], expect=422)["detail"][0]
+    assert "pruned for" in error["msg"] and "exceeds the row length k=8" in error["msg"]
+    # reported as pruned, it is accepted (it never ran, so it cannot win)
+    answer = strict_api.upload(lease_id, [_real(outcome="pruned", median_us=None)])
+    assert answer["stored"] == 1 and answer["winner"] is None
+
+
+def test_the_device_must_be_one_the_worker_registered(strict_api: Any) -> None:
+    lease_id = _strict_lease(strict_api)
+    other = {**strict_api.CPU_DEVICE, "name": "Another CPU", "sm_count": 64}
+    error = strict_api.upload(lease_id, [_real()], device=other, expect=422)["detail"][0]
+    assert error["loc"] == ["body", "device"]
+    assert "not one this worker registered" in error["msg"]
+
+
+def test_a_known_variant_id_cannot_be_renamed(strict_api: Any) -> None:
+    lease_id = _strict_lease(strict_api, problems=[{"m": 8, "k": 64}, {"m": 16, "k": 64}])
+    strict_api.upload(lease_id, [_real()])
+    worker = strict_api.register(name="w2")
+    second = strict_api.lease(worker)
+    assert second is not None
+    slow = _real(name="reduce_f32_p1_a1_u1", params={"pack": 1, "acc": 1, "unroll": 1})
+    error = strict_api.upload(second["lease_id"], [slow], expect=422)["detail"][0]
+    assert error["loc"] == ["body", "measurements", 0, "variant_id"]
+    assert "stored as reduce 'reduce_f32_p4_a2_u2'" in error["msg"]

@@ -92,11 +92,11 @@ def lease_heartbeat(
     responses={409: {"description": "the lease is no longer held, or already final"}},
 )
 def lease_results(
-    lease_id: str, body: ResultsIn, session: SessionDep, token: WorkerToken
+    lease_id: str, body: ResultsIn, session: SessionDep, settings: SettingsDep, token: WorkerToken
 ) -> dict[str, Any]:
     """Store a batch of measurements; ``final`` ends the task and upserts the best config in
     the same transaction. A retried batch adds no rows and gets the same answer."""
     check_lease_owner(session, lease_id, token)
-    answer = store_results(session, lease_id, body)
+    answer = store_results(session, lease_id, body, verify=settings.verify_variants)
     session.commit()
     return answer
