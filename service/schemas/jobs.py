@@ -47,6 +47,9 @@ class JobCreate(RequestModel):
     budget: BudgetIn = Field(default_factory=BudgetIn)
     objective: Objective = "time"
     seed: StrictInt = Field(default=0, ge=0, le=2**31 - 1)
+    #: 2: each winner is served as confirmed only once a second worker (another token, same
+    #: device key) re-measured it within the tie band; None: the server's TUNEHUB_CONFIRM
+    confirm: StrictInt | None = Field(default=None, ge=1, le=2)
 
     @field_validator("layout")
     @classmethod
@@ -81,6 +84,8 @@ class WinnerSummary(ResponseModel):
 
 class ProblemStatus(ResponseModel):
     task_id: str
+    #: a re-measuring task (job confirm 2): the task whose winner it re-measures
+    confirm_of: str | None = None
     problem: dict[str, Any]
     status: str
     winner: WinnerSummary | None = None
@@ -98,6 +103,7 @@ class JobSummary(ResponseModel):
     budget: BudgetOut
     objective: str
     seed: int
+    confirm: int = 1
     created_at: datetime
     updated_at: datetime
     error: str | None = None

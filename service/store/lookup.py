@@ -132,4 +132,5 @@ def find_best(
         "device": device_dict(dev),
         "toolchain": toolchain_dict(tc),
         "measured_at": measurement.created_at,
+        "confirmed": best.confirmed,
     }

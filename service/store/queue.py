@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import exists, select, update
+from sqlalchemy import ColumnElement, and_, exists, or_, select, update
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict, NotFound
@@ -119,6 +119,19 @@ def _matching_jobs(session: Session, worker: Worker, backends: Sequence[str]) ->
     ]
 
 
+def _may_confirm(worker: Worker) -> ColumnElement[bool]:
+    """A re-measuring task (job confirm 2) goes only to a worker of another token than the
+    one that measured the winner, holding the winner's device (service.store.confirm)."""
+    own_devices = select(WorkerDevice.device_id).where(WorkerDevice.worker_id == worker.id)
+    return or_(
+        Task.confirm_of.is_(None),
+        and_(
+            Task.confirm_device_id.in_(own_devices),
+            Task.confirm_exclude_token_id.is_distinct_from(worker.token_id),
+        ),
+    )
+
+
 def claim_task(
     session: Session, worker: Worker, backends: Sequence[str], lease_seconds: int
 ) -> tuple[Lease, Task, Job] | None:
@@ -134,7 +147,7 @@ def claim_task(
     candidates = (
         select(Task)
         .join(Job, Job.id == Task.job_id)
-        .where(Task.job_id.in_(job_ids), Task.status == "queued")
+        .where(Task.job_id.in_(job_ids), Task.status == "queued", _may_confirm(worker))
         .order_by(Job.created_at, Task.job_id, Task.position)
     )
     if _is_postgres(session):

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from service.errors import Conflict, InvalidInput
 from service.schemas.worker import ResultsIn
+from service.store.confirm import queue_confirmation, refresh_key
 from service.store.keys import (
     device_row,
     ensure_variants,
@@ -86,6 +87,7 @@ def upsert_best(session: Session, candidate: Measurement) -> UpsertOutcome:
     if current_median is None or candidate.median_us < current_median * (1 - TIE_BAND):
         best.measurement_id = candidate.id
         best.updated_at = now
+        best.confirmed = False  # until a second worker re-measures the new winner
         return "replaced"
     return "kept"
 
@@ -270,6 +272,9 @@ def _finish(
     if winner is not None:
         outcome = upsert_best(session, winner)
         log.info("task %s: winner %s (%s best config)", task.id, names[winner.variant_id], outcome)
+        device_id, toolchain_id = winner.device_id, winner.toolchain_id
+    if device_id is not None and toolchain_id is not None:
+        refresh_key(session, job, task, device_id, toolchain_id, TIE_BAND)
     if task.status != "cancelled":
         if body.error:
             task.status, task.error = "failed", body.error
@@ -277,6 +282,8 @@ def _finish(
             task.status = "done"
             if winner is None and measurements:
                 task.error = "no candidate verified"
+            elif winner is not None:
+                queue_confirmation(session, job, task, winner)
     task.winner_measurement_id = winner.id if winner is not None else None
     task.lease_expires_at = None
     if task.progress_total == 0:
