@@ -10,7 +10,15 @@ import json
 import math
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    field_validator,
+)
 
 from tuner.problems import DType, Op
 from tuner.registry import BackendName, StrategyName
@@ -21,6 +29,9 @@ __all__ = [
     "ResponseModel",
     "SafeStr",
     "JsonDict",
+    "JsonInt",
+    "INTEGRAL",
+    "ShortStr",
     "Op",
     "DType",
     "Backend",
@@ -86,8 +97,22 @@ def _json_blob(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+def _integral(value: Any) -> Any:
+    # JSON has one number type: 134217729.0 is the integer 134217729 (JSON Schema agrees)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 SafeStr = Annotated[str, AfterValidator(_no_nul)]
+#: a short name (library names and versions)
+ShortStr = Annotated[str, AfterValidator(_no_nul), Field(max_length=200)]
 JsonDict = Annotated[dict[str, Any], AfterValidator(_json_blob)]
+#: turns an integer-valued JSON number into an int; goes last in an Annotated int, after
+#: Field(ge, le), so that the bounds reach the JSON schema also inside ``| None``
+INTEGRAL = BeforeValidator(_integral)
+#: an integer: JSON integers and integer-valued numbers; never a string or a bool
+JsonInt = Annotated[int, Strict(), INTEGRAL]
 
 
 class RequestModel(BaseModel):
@@ -107,7 +132,9 @@ class DeviceSelector(RequestModel):
 
 
 class BudgetIn(RequestModel):
-    max_variants: StrictInt | None = Field(default=None, ge=1, le=MAX_BUDGET_VARIANTS)
+    max_variants: Annotated[int, Strict(), Field(ge=1, le=MAX_BUDGET_VARIANTS), INTEGRAL] | None = (
+        None
+    )
     max_seconds: float | None = Field(default=None, gt=0, le=MAX_BUDGET_SECONDS)
 
 
@@ -124,10 +151,10 @@ class DeviceFields(BaseModel):
     backend: Backend
     name: SafeStr = Field(default="", max_length=200)
     arch: SafeStr = Field(default="", max_length=64)
-    sm_count: StrictInt = Field(default=0, ge=0, le=1_000_000)
+    sm_count: JsonInt = Field(default=0, ge=0, le=1_000_000)
     driver: SafeStr = Field(default="", max_length=100)
     runtime: SafeStr = Field(default="", max_length=100)
-    memory_bytes: StrictInt = Field(default=0, ge=0, le=2**62)
+    memory_bytes: JsonInt = Field(default=0, ge=0, le=2**62)
 
     def is_complete(self) -> bool:
         return bool(self.name and self.arch and self.sm_count >= 1)
@@ -165,7 +192,7 @@ class ToolchainFields(BaseModel):
 
     compiler: SafeStr = Field(default="", max_length=200)
     template_version: SafeStr = Field(default="", max_length=100)
-    libraries: dict[SafeStr, SafeStr] = Field(default_factory=dict, max_length=32)
+    libraries: dict[ShortStr, ShortStr] = Field(default_factory=dict, max_length=32)
 
 
 class ToolchainOut(ToolchainFields, ResponseModel):

@@ -6,11 +6,12 @@ The routes, the client and the worker agent build and read these same models: on
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, StrictInt, field_validator, model_validator
+from pydantic import Field, Strict, field_validator, model_validator
 
 from service.schemas.common import (
+    INTEGRAL,
     MAX_LOG_CHARS,
     Backend,
     BudgetOut,
@@ -20,6 +21,7 @@ from service.schemas.common import (
     DeviceSelector,
     DType,
     JsonDict,
+    JsonInt,
     Objective,
     Op,
     RequestModel,
@@ -91,8 +93,8 @@ class LeaseOut(ResponseModel):
 
 
 class HeartbeatIn(RequestModel):
-    done: StrictInt = Field(default=0, ge=0, le=10**9)
-    total: StrictInt = Field(default=0, ge=0, le=10**9)
+    done: JsonInt = Field(default=0, ge=0, le=10**9)
+    total: JsonInt = Field(default=0, ge=0, le=10**9)
 
 
 class HeartbeatOut(ResponseModel):
@@ -111,7 +113,7 @@ class MeasurementIn(RequestModel):
     p20_us: float | None = Field(default=None, gt=0, le=1e12)
     p80_us: float | None = Field(default=None, gt=0, le=1e12)
     min_us: float | None = Field(default=None, gt=0, le=1e12)
-    reps: StrictInt | None = Field(default=None, ge=0, le=2**62)
+    reps: Annotated[int, Strict(), Field(ge=0, le=2**62), INTEGRAL] | None = None
     throughput: float | None = Field(default=None, ge=0, le=1e15)
     throughput_unit: SafeStr = Field(default="", max_length=32)
     compile_seconds: float | None = Field(default=None, ge=0, le=1e7)

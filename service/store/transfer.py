@@ -120,6 +120,8 @@ def _parse(text: str) -> list[ExportRecord]:
         check_layout(record.op, record.layout, ["body", number, "layout"])
         parse_problem(record.op, record.problem, ["body", number, "problem"])
         records.append(record)
+    if not records:
+        raise InvalidInput(["body"], "no records: send JSON lines as GET /v1/export writes them")
     return records
 
 
