@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
+from service.api.openapi import allowed_methods
 from service.errors import InvalidInput, RequestError
 
 __all__ = ["validation_detail", "install_error_handlers"]
@@ -86,6 +87,11 @@ def install_error_handlers(app: FastAPI) -> None:
             return _request_error(cause)
         if exc.status_code == 400 and cause is not None:
             return _request_error(_unparsable_body(cause))
+        if exc.status_code == 405:
+            # Starlette's Allow names the methods of one route; the path may have several
+            allowed = ", ".join(allowed_methods(request.app, request.url.path))
+            headers = {**(exc.headers or {}), "Allow": allowed}
+            return JSONResponse({"detail": exc.detail}, status_code=405, headers=headers)
         return await http_exception_handler(request, exc)
 
     @app.exception_handler(Exception)

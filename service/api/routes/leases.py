@@ -32,7 +32,11 @@ WorkerToken = Annotated[ApiToken, Depends(require_scope("worker"))]
 @router.post(
     "",
     response_model=LeaseOut,
-    responses={204: {"description": "no queued task matches this worker's devices"}},
+    responses={
+        204: {"description": "no queued task matches this worker's devices"},
+        403: {"description": "the worker was registered with another token"},
+        404: {"description": "unknown worker id"},
+    },
 )
 def lease_task(
     body: LeaseRequest, session: SessionDep, settings: SettingsDep, token: WorkerToken
@@ -69,7 +73,10 @@ def lease_task(
 @router.post(
     "/{lease_id}/heartbeat",
     response_model=HeartbeatOut,
-    responses={409: {"description": "the lease is no longer held"}},
+    responses={
+        403: {"description": "the lease belongs to a worker of another token"},
+        409: {"description": "the lease is no longer held"},
+    },
 )
 def lease_heartbeat(
     lease_id: str,
@@ -89,7 +96,10 @@ def lease_heartbeat(
 @router.post(
     "/{lease_id}/results",
     response_model=ResultsOut,
-    responses={409: {"description": "the lease is no longer held, or already final"}},
+    responses={
+        403: {"description": "the lease belongs to a worker of another token"},
+        409: {"description": "the lease is no longer held, or already final"},
+    },
 )
 def lease_results(
     lease_id: str, body: ResultsIn, session: SessionDep, settings: SettingsDep, token: WorkerToken
