@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict, InvalidInput
@@ -28,6 +28,7 @@ from service.store.keys import (
 from service.store.models import (
     BestConfig,
     Job,
+    Lease,
     Measurement,
     Task,
     Variant,
@@ -35,6 +36,7 @@ from service.store.models import (
     utcnow,
 )
 from service.store.queue import held_task, refresh_job_status
+from service.store.validation import usable_id
 from service.store.views import winner_dict
 from tuner.problems import problem_from_dict
 from tuner.verify import canonical_params, variant_rejection
@@ -182,6 +184,20 @@ def _replayed_answer(session: Session, task: Task, stored: int) -> dict[str, Any
     return {"stored": stored, "winner": winner, "task_status": task.status}
 
 
+def _lock_task(session: Session, lease_id: str) -> None:
+    """Take the lease's task row for this transaction (a no-op UPDATE: a row lock on
+    PostgreSQL, the write lock on SQLite), so that two copies of one upload arriving at once
+    run one after the other and the second sees what the first stored."""
+    lease = session.get(Lease, lease_id) if usable_id(lease_id) else None
+    if lease is not None:
+        session.execute(
+            update(Task)
+            .where(Task.id == lease.task_id)
+            .values(lease_id=Task.lease_id)
+            .execution_options(synchronize_session=False)
+        )
+
+
 def store_results(
     session: Session, lease_id: str, body: ResultsIn, *, verify: bool = True
 ) -> dict[str, Any]:
@@ -195,6 +211,7 @@ def store_results(
     InvalidInput.
     Commits nothing; the caller commits once, so the batch and the upsert land together.
     """
+    _lock_task(session, lease_id)
     lease, task = held_task(session, lease_id)
     batch = {item.variant_id: item for item in body.measurements}
     already = _stored_variants(session, lease.id, set(batch))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
 
@@ -209,3 +211,30 @@ def test_a_known_variant_id_cannot_be_renamed(strict_api: Any) -> None:
     error = strict_api.upload(second["lease_id"], [slow], expect=422)["detail"][0]
     assert error["loc"] == ["body", "measurements", 0, "variant_id"]
     assert "stored as reduce 'reduce_f32_p4_a2_u2'" in error["msg"]
+
+
+def test_two_copies_of_one_final_upload_at_once_store_it_once(api: Any) -> None:
+    job = api.submit(confirm=2)
+    leased = api.lease(api.register())
+    assert leased is not None
+    body = {
+        "device": api.CPU_DEVICE,
+        "toolchain": api.TOOLCHAIN,
+        "measurements": [api.measurement(name, 1.0 + i) for i, name in enumerate("abcdefgh")],
+        "final": True,
+    }
+    url = f"/v1/leases/{leased['lease_id']}/results"
+    barrier = threading.Barrier(2)
+
+    def post() -> Any:
+        barrier.wait()
+        return api.client.post(url, json=body, headers=api.harness.worker)
+
+    with ThreadPoolExecutor(2) as pool:
+        first, second = pool.map(lambda _: post(), range(2))
+    assert first.status_code == second.status_code == 200, (first.text, second.text)
+    assert first.json() == second.json()
+    assert first.json()["winner"]["variant_name"] == "a"
+    assert _count(api) == 8
+    remeasuring = [p for p in api.get_job(job["id"])["problems"] if p["confirm_of"]]
+    assert len(remeasuring) == 1
