@@ -29,7 +29,7 @@ from service.settings import Settings
 from service.store.tokens import create_token
 
 SEED = 20261204
-MAX_EXAMPLES = 8
+MAX_EXAMPLES = 5
 #: positive_data_acceptance's default expected statuses, plus 422 (see the module doc)
 SEMANTIC_422 = ["2xx", "3xx", "401", "403", "404", "409", "422", "429", "5xx"]
 CROSS_FIELD_RULES = [("POST", "/v1/jobs"), ("GET", "/v1/configs/best"), ("GET", "/v1/measurements")]
@@ -49,7 +49,7 @@ def _config(token: str) -> SchemathesisConfig:
             "headers": {"Authorization": f"Bearer {token}"},
             "checks": {"enabled": True},
             "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True},
-            "phases": {"stateful": {"max-steps": 12}},
+            "phases": {"stateful": {"max-steps": 8}},
             "operations": [
                 {
                     "include-method": method,

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, inspect, select
 
 from service.api.app import create_app
 from service.settings import Settings
+from service.store.db import current_revision, downgrade, head_revision, make_engine, upgrade
 from service.store.models import Measurement, Worker
 from service.store.tokens import SCOPES, create_token
 
@@ -238,3 +239,28 @@ def test_two_copies_of_one_final_upload_at_once_store_it_once(api: Any) -> None:
     assert _count(api) == 8
     remeasuring = [p for p in api.get_job(job["id"])["problems"] if p["confirm_of"]]
     assert len(remeasuring) == 1
+
+
+def test_migration_0004_keys_uploads_by_lease_and_variant(empty_database_url: str) -> None:
+    upgrade(empty_database_url)
+    engine = make_engine(empty_database_url)
+    try:
+        inspector = inspect(engine)
+        uniques = [
+            tuple(u["column_names"]) for u in inspector.get_unique_constraints("measurements")
+        ]
+        worker_columns = {c["name"] for c in inspector.get_columns("workers")}
+        best_columns = {c["name"] for c in inspector.get_columns("best_configs")}
+    finally:
+        engine.dispose()
+    assert ("lease_id", "variant_id") in uniques
+    assert "token_id" in worker_columns and "confirmed" in best_columns
+    downgrade(empty_database_url, "0003")
+    assert current_revision(empty_database_url) == "0003"
+    engine = make_engine(empty_database_url)
+    try:
+        assert "token_id" not in {c["name"] for c in inspect(engine).get_columns("workers")}
+    finally:
+        engine.dispose()
+    upgrade(empty_database_url)
+    assert current_revision(empty_database_url) == head_revision()
