@@ -162,11 +162,15 @@ class BuildCoordinator:
     """Compiles each variant once for every slot: a lock (an event) per variant id in flight.
 
     A slot builds the variants nobody else is building and waits for the rest, then reads
-    them from the compile cache (a cache hit costs nothing and says ``cached=True``).
+    them from the compile cache (a cache hit costs nothing and says ``cached=True``). One
+    slot's build runs at a time, with every compile worker the engine config allows: N slots
+    never start N times as many compilers as the host has cores (nvcc with CUTLASS takes
+    gigabytes each), and the cores are busy either way.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._compiling = threading.Lock()
         self._in_flight: dict[str, threading.Event] = {}
         #: variant id -> how many times a slot ran the compiler for it (1 unless it timed out)
         self.compiled: dict[str, int] = {}
@@ -187,7 +191,8 @@ class BuildCoordinator:
         results: dict[str, CompileResult] = {}
         try:
             if mine:
-                results = dict(backend.build(list(mine.values())))
+                with self._compiling:
+                    results = dict(backend.build(list(mine.values())))
         finally:
             with self._lock:
                 for variant_id in mine:
