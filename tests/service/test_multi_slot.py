@@ -386,3 +386,49 @@ def test_worker_devices_on_a_host_without_that_gpu_exit_2(
     err = capsys.readouterr().err.strip()
     assert exited.value.code == 2
     assert err == "tunehub: devices: no GPU 3 on this host (it has 0, 1)"
+
+
+def test_build_coordinator_compiles_each_variant_once_and_one_build_at_a_time() -> None:
+    from tuner.types import CompileResult
+
+    class Counting:
+        """Stands in for a backend's build: slow, counts concurrent builds and each id built."""
+
+        def __init__(self) -> None:
+            self.built: Counter[str] = Counter()
+            self.active = self.most_active = 0
+            self.lock = threading.Lock()
+
+        def build(self, variants: list[Variant]) -> dict[str, CompileResult]:
+            with self.lock:
+                if all(v.id in self.built for v in variants):  # the compile cache answers
+                    return {v.id: CompileResult(v.id, True, f"/{v.id}", 0, True) for v in variants}
+                self.active += 1
+                self.most_active = max(self.most_active, self.active)
+                self.built.update(v.id for v in variants)
+            time.sleep(0.2)
+            with self.lock:
+                self.active -= 1
+            return {v.id: CompileResult(v.id, True, f"/{v.id}", 0.2, False) for v in variants}
+
+    def variant(name: str) -> Variant:
+        return Variant("reduce", name, {}, "", (), name)
+
+    counting = Counting()
+    builds = slots_module.BuildCoordinator()
+    wanted = [[variant("a"), variant("b")], [variant("b"), variant("c")], [variant("a")]]
+    answers: list[dict[str, CompileResult]] = []
+    threads = [
+        threading.Thread(target=lambda w=w: answers.append(builds.build(counting, w)))  # type: ignore[misc]
+        for w in wanted
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert sorted(len(a) for a in answers) == [1, 2, 2]
+    assert all(r.ok for a in answers for r in a.values())
+    # "a" and "b" were asked for twice at once: each compiled once, the waiters read the cache
+    assert counting.built == {"a": 1, "b": 1, "c": 1}
+    assert builds.compiled == {"a": 1, "b": 1, "c": 1}
+    assert counting.most_active == 1  # one compiling build at a time
