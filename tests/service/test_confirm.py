@@ -167,3 +167,31 @@ def test_confirm_must_be_1_or_2(api: Any) -> None:
     response = api.client.post("/v1/jobs", json=api.job_body(confirm=3), headers=api.harness.submit)
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["body", "confirm"]
+
+
+def test_a_slot_of_another_device_does_not_take_the_remeasuring_task(api: Any) -> None:
+    other = {**api.CPU_DEVICE, "name": "Other CPU", "sm_count": 4}
+    first = Host(api, "a", api.CPU_DEVICE)
+    response = api.client.post(
+        "/v1/workers", json={"name": "b", "devices": [other, api.CPU_DEVICE]},
+        headers=_worker_headers(api, "b"),
+    )  # fmt: skip
+    assert response.status_code == 201, response.text
+    second_id, second_headers = response.json()["id"], response.request.headers
+    api.submit(confirm=2)
+    first.upload(first.lease(), [api.measurement("x", 5.0)])
+
+    def lease(device: dict[str, Any]) -> int:
+        body = {"worker_id": second_id, "backends": ["cpu"], "device": device}
+        auth = {"Authorization": second_headers["Authorization"]}
+        return api.client.post("/v1/leases", json=body, headers=auth).status_code
+
+    assert lease(other) == 204  # the other card's slot
+    assert lease(api.CPU_DEVICE) == 200  # the winner's device key
+
+
+def _worker_headers(api: Any, name: str) -> dict[str, str]:
+    with api.harness.sessionmaker() as session:
+        token = create_token(session, f"host-{name}", ["worker"])
+        session.commit()
+    return {"Authorization": f"Bearer {token}"}

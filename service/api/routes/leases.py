@@ -42,7 +42,7 @@ def lease_task(
     body: LeaseRequest, session: SessionDep, settings: SettingsDep, token: WorkerToken
 ) -> LeaseOut | Response:
     worker = owned_worker(session, body.worker_id, token)
-    claimed = claim_task(session, worker, body.backends, settings.lease_seconds)
+    claimed = claim_task(session, worker, body.backends, settings.lease_seconds, body.device)
     if claimed is None:
         session.commit()  # expired leases may have been requeued
         return Response(status_code=status.HTTP_204_NO_CONTENT)
