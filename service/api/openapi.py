@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, get_args
 
 from fastapi import FastAPI, routing
 from fastapi.openapi.utils import get_openapi
@@ -29,6 +29,7 @@ from service.api.deps import require_read
 from service.schemas.client_results import CLIENT_KEY_SCHEMA
 from service.schemas.common import JSON_OBJECT_MARK, NO_NUL_PATTERN
 from service.settings import Settings
+from tuner.problems import MAX_DIM, PROBLEM_TYPES, ReduceKind
 
 __all__ = ["install_openapi", "allowed_methods", "ERROR_SCHEMA"]
 
@@ -47,6 +48,36 @@ _DESCRIPTIONS = {
     "413": "the request body is over the size limit",
 }
 _OPEN_READ_401 = "a token was sent and it is unknown or revoked (reads need none)"
+#: the routes that take a problem as query dims (``m=&n=&k=``, ``kind=`` for reduce)
+_DIM_QUERY_PATHS = ("/v1/configs/best", "/v1/measurements")
+
+
+def _dim_parameters() -> list[dict[str, Any]]:
+    """Every problem dim of every op as an optional query parameter (which ones a query
+    needs depends on its op: the 422 names a missing or unknown one)."""
+    names = sorted({name for cls in PROBLEM_TYPES.values() for name in cls.dim_names})
+    parameters = [
+        {
+            "name": name,
+            "in": "query",
+            "required": False,
+            "description": "a problem dim of the ops that have it",
+            "schema": {"type": "integer", "minimum": 0 if name == "pad" else 1, "maximum": MAX_DIM},
+        }
+        for name in names
+    ]
+    parameters.append(
+        {
+            "name": "kind",
+            "in": "query",
+            "required": False,
+            "description": "reduce only",
+            "schema": {"type": "string", "enum": list(get_args(ReduceKind))},
+        }
+    )
+    return parameters
+
+
 _JSON_OBJECT_REF = {"$ref": "#/components/schemas/JsonObject"}
 _JSON_SCHEMAS: dict[str, Any] = {
     "JsonObject": {
@@ -164,6 +195,11 @@ def _document(schema: dict[str, Any], app: FastAPI, settings: Settings) -> None:
             if "requestBody" in operation:
                 _error(operation, "413", _DESCRIPTIONS["413"])
                 _validation_error(operation)
+            if path in _DIM_QUERY_PATHS and method == "get":
+                named = {p["name"] for p in operation.get("parameters", ())}
+                operation.setdefault("parameters", []).extend(
+                    p for p in _dim_parameters() if p["name"] not in named
+                )
             for parameter in operation.get("parameters", ()):
                 if path == "/v1/client-configs/best" and parameter["name"] == "key":
                     parameter.pop("schema", None)
