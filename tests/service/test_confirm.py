@@ -10,6 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
+from service.cli.output import best_answer_lines
+from service.schemas.configs import BestConfigOut
 from service.settings import Settings
 from service.store.tokens import create_token
 
@@ -100,6 +102,9 @@ def test_a_second_host_confirms_the_winner_within_the_tie_band(api: Any) -> None
     assert best["variant_name"] == "x" and best["median_us"] == 5.0
     assert best["confirmed"] is True and _query_confirmed(api)
     assert api.get_job(job["id"])["status"] == "done"
+    # `tunehub best` says so
+    lines = best_answer_lines(BestConfigOut.model_validate(best))
+    assert "  confirmed   yes: re-measured by a second worker" in lines
 
 
 def test_a_remeasurement_outside_the_tie_band_does_not_confirm(api: Any) -> None:
