@@ -173,6 +173,25 @@ def _stored_variants(session: Session, lease_id: str, variant_ids: set[str]) -> 
     )
 
 
+def _task_variants(
+    session: Session, task: Task, device_id: int, toolchain_id: int, variant_ids: set[str]
+) -> set[str]:
+    """Which of ``variant_ids`` the task already holds for this device and toolchain, from
+    any of its leases: a task leased again after its worker died keeps one row per variant."""
+    if not variant_ids:
+        return set()
+    return set(
+        session.scalars(
+            select(Measurement.variant_id).where(
+                Measurement.task_id == task.id,
+                Measurement.device_id == device_id,
+                Measurement.toolchain_id == toolchain_id,
+                Measurement.variant_id.in_(variant_ids),
+            )
+        )
+    )
+
+
 def _replayed_answer(session: Session, task: Task, stored: int) -> dict[str, Any]:
     """The answer of a final upload, given again to its retry."""
     winner = None
@@ -203,8 +222,10 @@ def store_results(
 ) -> dict[str, Any]:
     """Store a batch for the lease; on ``final`` end the task and upsert the best config.
 
-    Idempotent: a measurement is stored once per (lease, variant), so a retried batch adds no
-    rows, and a retried final upload gets the answer of the first. The device must be one the
+    Idempotent: a measurement is stored once per task, variant, device and toolchain (and the
+    database keys rows by lease and variant), so a retried batch adds no rows, a task leased
+    again after its worker died keeps one row per variant, and a retried final upload gets
+    the answer of the first. The device must be one the
     lease's worker registered, and with ``verify`` every variant one the op's space accepts
     for the problem on that device (:func:`tuner.verify.variant_rejection`). Raises NotFound
     (unknown lease), Conflict (lease lost, or new measurements after the final one) or
@@ -229,6 +250,9 @@ def store_results(
         toolchain = toolchain_row(session, **body.toolchain.model_dump())
         device_id, toolchain_id = device.id, toolchain.id
         _check_registered(session, lease.worker_id, device.id, body)
+        # a variant the task holds already (this lease's retried batch, or an earlier lease's
+        # measurement) is not stored again; the first measurement stays
+        already |= _task_variants(session, task, device.id, toolchain.id, set(batch))
         _check_variants(session, job, task, body, set(batch) - already, verify)
         ensure_variants(
             session, job.op, [(m.variant_id, m.variant_name, m.params) for m in batch.values()]

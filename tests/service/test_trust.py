@@ -5,17 +5,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, inspect, select
+from sqlalchemy import func, inspect, select, update
 
 from service.api.app import create_app
 from service.settings import Settings
 from service.store.db import current_revision, downgrade, head_revision, make_engine, upgrade
-from service.store.models import Measurement, Worker
+from service.store.models import Measurement, Task, Worker, utcnow
 from service.store.tokens import SCOPES, create_token
 
 
@@ -264,3 +265,21 @@ def test_migration_0004_keys_uploads_by_lease_and_variant(empty_database_url: st
         engine.dispose()
     upgrade(empty_database_url)
     assert current_revision(empty_database_url) == head_revision()
+
+
+def test_a_task_leased_again_keeps_one_row_per_variant(api: Any) -> None:
+    job = api.submit()
+    first = api.lease(api.register(name="dies"))
+    assert first is not None
+    api.upload(
+        first["lease_id"], [api.measurement("a", 5.0), api.measurement("b", 6.0)], final=False
+    )
+    with api.harness.sessionmaker() as session:  # the worker died: its lease runs out
+        session.execute(update(Task).values(lease_expires_at=utcnow() - timedelta(seconds=1)))
+        session.commit()
+    second = api.lease(api.register(name="takes over"))
+    assert second is not None and second["task"]["task_id"] == first["task"]["task_id"]
+    answer = api.upload(second["lease_id"], [api.measurement("a", 4.0), api.measurement("c", 7.0)])
+    assert _count(api) == 3  # a, b, c: the second lease's "a" is not stored again
+    assert answer["winner"]["variant_name"] == "a" and answer["winner"]["median_us"] == 5.0
+    assert api.get_job(job["id"])["status"] == "done"
