@@ -9,6 +9,7 @@ from pydantic import Field, Strict, ValidationInfo, field_validator, model_valid
 
 from service.schemas.common import (
     INTEGRAL,
+    PROBLEM_SCHEMA,
     BudgetIn,
     BudgetOut,
     DeviceSelector,
@@ -43,7 +44,11 @@ class JobCreate(RequestModel):
     op: Op
     dtype: DType
     layout: SafeStr | None = None
-    problems: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_PROBLEMS_PER_JOB)
+    problems: list[dict[str, Any]] = Field(
+        min_length=1,
+        max_length=MAX_PROBLEMS_PER_JOB,
+        json_schema_extra={"items": PROBLEM_SCHEMA},
+    )
     device: DeviceSelector
     strategy: StrategyName = "exhaustive"
     budget: BudgetIn = Field(default_factory=BudgetIn)

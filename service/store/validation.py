@@ -19,8 +19,13 @@ def parse_problem(op: str, fields: Any, loc: Sequence[str | int]) -> Problem:
     """The op's problem from a dict, or InvalidInput at ``loc`` + the offending field."""
     if not isinstance(fields, Mapping):
         raise InvalidInput(list(loc), "must be an object of dims")
+    # JSON has one number type: a dim sent as 4096.0 is the integer 4096
+    dims = {
+        name: int(value) if isinstance(value, float) and value.is_integer() else value
+        for name, value in fields.items()
+    }
     try:
-        return problem_from_dict(op, dict(fields))
+        return problem_from_dict(op, dims)
     except InvalidRequestError as exc:
         where = list(loc) if exc.field == "problems" else [*loc, exc.field]
         raise InvalidInput(where, exc.reason) from None

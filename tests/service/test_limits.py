@@ -143,8 +143,14 @@ def test_list_and_string_lengths_are_422_naming_the_field(api: Any) -> None:
 
 
 def test_integer_valued_numbers_are_integers(api: Any) -> None:
-    job = api.submit(seed=134217729.0, budget={"max_variants": 8.0}, confirm=1.0)
+    job = api.submit(
+        seed=134217729.0,
+        budget={"max_variants": 8.0},
+        confirm=1.0,
+        problems=[{"m": 1024.0, "k": 4096, "kind": "sum"}],
+    )
     assert job["seed"] == 134217729 and job["budget"]["max_variants"] == 8
+    assert job["problems"][0]["problem"] == {"m": 1024, "k": 4096, "kind": "sum"}
     leased = api.lease(api.register())
     beat = api.heartbeat(leased["lease_id"], done=134217729.0, total=134217729.0)
     assert beat.status_code == 200, beat.text

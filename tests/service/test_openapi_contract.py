@@ -147,6 +147,13 @@ def test_reads_declare_no_security_and_writes_do(api: Any) -> None:
         assert {"401", "403", "422"} <= set(operation["responses"]), (path, method)
         if "requestBody" in operation:
             assert "413" in operation["responses"], (path, method)
+    job = document["components"]["schemas"]["JobCreate"]["properties"]["problems"]["items"]
+    assert [shape["title"] for shape in job["anyOf"]] == [
+        "gemm problem",
+        "conv2d problem",
+        "reduce problem",
+        "softmax problem",
+    ]
     results = paths["/v1/leases/{lease_id}/results"]["post"]["responses"]
     assert {"403", "404", "409"} <= set(results)
     assert {"404"} <= set(paths["/v1/jobs/{job_id}"]["get"]["responses"])
