@@ -80,7 +80,12 @@ def owned_worker(session: Session, worker_id: str, token: ApiToken) -> Worker:
     worker = session.get(Worker, worker_id) if usable_id(worker_id) else None
     if worker is None:
         raise NotFound(f"worker {worker_id!r} not found; register with POST /v1/workers")
-    if worker.token_id is None or worker.token_id != token.id:
+    if worker.token_id is None:
+        raise Forbidden(
+            f"worker {worker_id} was registered before workers were bound to their tokens; "
+            "register again with POST /v1/workers"
+        )
+    if worker.token_id != token.id:
         raise Forbidden(
             f"worker {worker_id} was registered with another token; a worker token may act "
             "only for the workers it registered (register this host with POST /v1/workers)"

@@ -283,3 +283,15 @@ def test_a_task_leased_again_keeps_one_row_per_variant(api: Any) -> None:
     assert _count(api) == 3  # a, b, c: the second lease's "a" is not stored again
     assert answer["winner"]["variant_name"] == "a" and answer["winner"]["median_us"] == 5.0
     assert api.get_job(job["id"])["status"] == "done"
+
+
+def test_a_worker_registered_before_the_binding_must_register_again(api: Any) -> None:
+    worker_id = api.register()
+    with api.harness.sessionmaker() as session:  # as migration 0004 leaves older workers
+        session.execute(update(Worker).values(token_id=None))
+        session.commit()
+    response = api.client.post(
+        "/v1/leases", json={"worker_id": worker_id, "backends": ["cpu"]}, headers=api.harness.worker
+    )
+    assert response.status_code == 403
+    assert "register again" in response.json()["detail"]
