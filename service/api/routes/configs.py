@@ -17,7 +17,7 @@ from service.schemas.configs import (
     ConfigQueryResults,
     ImportSummary,
 )
-from service.store.lookup import find_best
+from service.store.lookup import LookupQuery, find_best, find_best_many
 from service.store.transfer import export_lines, import_lines
 from service.store.validation import check_layout, parse_problem, query_dims
 
@@ -67,29 +67,33 @@ def best_config(
     "/v1/configs/query", response_model=ConfigQueryResults, dependencies=[Depends(require_read)]
 )
 def query_configs(body: ConfigQueryBatch, session: SessionDep) -> dict[str, Any]:
-    """Many lookups in one request; each answer is the best config or null with an error."""
-    results: list[dict[str, Any]] = []
+    """Many lookups in one request; each answer is the best config or null with an error.
+    The whole batch costs a constant number of database statements."""
+    parsed: list[LookupQuery | str] = []
     for index, query in enumerate(body.queries):
         try:
             layout = check_layout(query.op, query.layout, ["body", "queries", index, "layout"])
             problem = parse_problem(query.op, query.problem, ["body", "queries", index, "problem"])
-            answer = find_best(
-                session,
-                op=query.op,
-                dtype=query.dtype,
-                layout=layout,
-                problem=problem,
-                device=query.device,
-                backend=query.backend,
-                toolchain=query.toolchain,
-            )
-            results.append({"result": answer, "error": None})
         except InvalidInput as exc:
-            results.append(
-                {"result": None, "error": f"{'.'.join(map(str, exc.loc))}: {exc.detail}"}
+            parsed.append(f"{'.'.join(map(str, exc.loc))}: {exc.detail}")
+            continue
+        parsed.append(
+            LookupQuery(
+                query.op, query.dtype, layout, problem, query.device, query.backend, query.toolchain
             )
-        except RequestError as exc:
-            results.append({"result": None, "error": exc.detail})
+        )
+    valid = [q for q in parsed if isinstance(q, LookupQuery)]
+    answers = iter(find_best_many(session, valid))
+    results: list[dict[str, Any]] = []
+    for item in parsed:
+        if isinstance(item, str):
+            results.append({"result": None, "error": item})
+            continue
+        answer = next(answers)
+        if isinstance(answer, RequestError):
+            results.append({"result": None, "error": answer.detail})
+        else:
+            results.append({"result": answer, "error": None})
     return {"results": results}
 
 
