@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import importlib.util
 import json
 import logging
 import os
@@ -60,6 +61,8 @@ log = logging.getLogger("bench.load")
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "benchmarks" / "load.md"
+#: the profile and the analysis, written by hand; appended to the page
+NOTES = Path(__file__).with_name("load_notes.md")
 COMMAND = ".venv/bin/python bench/load.py"
 PG_URL = os.environ.get(
     "TUNEHUB_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -211,8 +214,8 @@ def _wrk(base: str, pid: int, paths: list[str], clients: int, seconds: float, tm
     cpu = _cpu_seconds(pid) - cpu_before
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
-    p50 = _milliseconds(re.search(r"50%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
-    p99 = _milliseconds(re.search(r"99%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
+    p50 = _milliseconds(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
+    p99 = _milliseconds(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return {
         "clients": clients,
@@ -361,8 +364,9 @@ def render(results: list[dict], meta: dict) -> str:
         f"with other engineers' work (load average {meta['load_before']} before, "
         f"{meta['load_after']} after).",
         f"- Command: `{COMMAND}` (figures also in `{meta['json']}`).",
-        f"- Server: one `uvicorn` process (`{meta['uvicorn']}`), default loop and HTTP parser, "
-        "no access log; SQLite in WAL mode; PostgreSQL 127.0.0.1.",
+        f"- Server: one `uvicorn` process (`{meta['uvicorn']}`, loop and HTTP parser "
+        f"`auto`: {meta['stack']}), no access log; SQLite in WAL mode; PostgreSQL on "
+        "127.0.0.1 (same machine).",
         f"- Load generator: `{meta['wrk']}` with one thread (C, a few % of a core), each "
         f"connection sending requests back to back for {meta['seconds']} s after a 2 s "
         "warm-up, over up to 2,000 stored shapes (exact) or the same shapes with m+1 "
@@ -412,7 +416,8 @@ def render(results: list[dict], meta: dict) -> str:
         )
     lines += ["", "## Against the targets of issue 8", ""]
     lines += _verdicts(results)
-    return "\n".join(lines) + "\n"
+    notes = NOTES.read_text() if NOTES.exists() else ""
+    return "\n".join(lines) + "\n" + ("\n" + notes if notes else "")
 
 
 def _verdicts(results: list[dict]) -> list[str]:
@@ -466,8 +471,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--databases", default="sqlite,postgresql")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--from-json", type=Path, help="re-render the page from a JSON this script wrote"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.from_json is not None:
+        saved = json.loads(args.from_json.read_text())
+        args.out.write_text(render(saved["results"], saved["meta"]))
+        print(f"wrote {args.out}")
+        return 0
     if shutil.which("wrk") is None:
         print("bench/load.py needs wrk (apt-get install wrk)", file=sys.stderr)
         return 2
@@ -487,6 +500,10 @@ def main(argv: list[str] | None = None) -> int:
         "load_before": load_before,
         "load_after": " ".join(f"{x:.1f}" for x in os.getloadavg()),
         "uvicorn": f"uvicorn {uvicorn.__version__}",
+        "stack": ", ".join(
+            f"{name} {'installed' if importlib.util.find_spec(name) else 'absent'}"
+            for name in ("uvloop", "httptools")
+        ),
         "wrk": _wrk_version(),
         "seconds": args.seconds,
         "json": json_path.relative_to(REPO) if json_path.is_relative_to(REPO) else json_path,
