@@ -9,8 +9,10 @@ the table.
 Per (op, dtype, layout, device, toolchain) a group holds the log2 of every stored problem's
 int dims as a numpy matrix, split by the problem's non-log fields (reduce ``kind``, or a dim
 that is 0 such as conv ``pad``), which must be equal for two problems to be near at all.
-A nearest query is one vectorized distance computation per group: at 100,000 configs that is
-well under a millisecond, so a KD-tree (and its rebuild on every write) is not worth it.
+A nearest query over a small block is one vectorized distance computation; a block of
+KDTREE_MIN_ROWS or more answers from a KD-tree (scipy), built on its first nearest query after
+a write: a scan of 100,000 configs cost 4.7 ms of CPU per lookup against 0.7 ms for an exact
+one (docs/benchmarks/load.md), while a tree query costs tens of microseconds.
 
 Freshness: best configs are only ever inserted or updated in place (never deleted), and an
 update changes only the winning measurement and ``updated_at``, never the key. So the index
@@ -32,7 +34,8 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, func, select
+from scipy.spatial import cKDTree
+from sqlalchemy import Engine, case, func, select
 from sqlalchemy.orm import Session
 
 from service.store.models import BestConfig, Device, Toolchain
@@ -41,6 +44,7 @@ from tuner.problems import PROBLEM_TYPES
 __all__ = [
     "RECOUNT_SECONDS",
     "TIE_TOLERANCE",
+    "KDTREE_MIN_ROWS",
     "DeviceEntry",
     "ToolchainEntry",
     "Snapshot",
@@ -53,6 +57,8 @@ __all__ = [
 RECOUNT_SECONDS = 1.0
 #: relative slack on squared distances, so float rounding never drops a true tie
 TIE_TOLERANCE = 1e-9
+#: blocks at least this large answer nearest queries from a KD-tree instead of a full scan
+KDTREE_MIN_ROWS = 2048
 
 #: (field name, value) pairs a problem must share with another to be near it at all
 Category = tuple[tuple[str, Any], ...]
@@ -116,6 +122,9 @@ class Snapshot:
     #: (op, dtype, layout, device_id) -> ids of the toolchains present there
     group_toolchains: dict[tuple[str, str, str, int], frozenset[int]] = field(default_factory=dict)
     groups: dict[GroupKey, Blocks] = field(default_factory=dict)
+    #: KD-trees of the large blocks, built on first use (a duplicate build by a racing thread
+    #: is harmless); a refresh starts a new snapshot and so new trees
+    trees: dict[tuple[GroupKey, Category], cKDTree] = field(default_factory=dict, compare=False)
 
     def device_ids(self, device: str | None, backend: str | None) -> list[int]:
         """Devices named by a full key or a name substring, optionally of one backend (the
@@ -168,6 +177,9 @@ class Snapshot:
             if block is None:
                 continue
             matrix, ids = block
+            if len(ids) >= KDTREE_MIN_ROWS:
+                key = ((op, dtype, layout, device_id, toolchain_id), category)
+                matrix, ids = self._near_rows(key, matrix, ids, wanted)
             squared = ((matrix - wanted) ** 2).sum(axis=1)
             smallest = float(squared.min())
             found.append((smallest, ids[squared <= _limit(smallest)]))
@@ -175,6 +187,23 @@ class Snapshot:
             return []
         limit = _limit(min(s for s, _ in found))
         return [int(i) for s, ids in found if s <= limit for i in ids]
+
+    def _near_rows(
+        self,
+        key: tuple[GroupKey, Category],
+        matrix: np.ndarray,
+        ids: np.ndarray,
+        wanted: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of a large block within the tie band of the nearest, from its KD-tree."""
+        tree = self.trees.get(key)
+        if tree is None:
+            tree = self.trees[key] = cKDTree(matrix)
+        distance, _ = tree.query(wanted, k=1)
+        # the ball holds every row whose squared distance could fall inside the tie band
+        radius = math.sqrt(_limit(float(distance) ** 2)) * (1 + TIE_TOLERANCE)
+        rows = np.asarray(tree.query_ball_point(wanted, radius), dtype=np.int64)
+        return matrix[rows], ids[rows]
 
 
 def _limit(smallest: float) -> float:
@@ -199,30 +228,40 @@ class BestIndex:
 
     def fresh(self, session: Session) -> Snapshot:
         """The snapshot, first brought up to date with what ``session`` can see."""
-        max_id = session.connection().execute(_MAX_ID).scalar() or 0
+        connection = session.connection()
+        if time.monotonic() - self._counted_at >= RECOUNT_SECONDS:
+            with self._lock:
+                if time.monotonic() - self._counted_at >= RECOUNT_SECONDS:
+                    self._recount(session)
+                return self._snapshot
+        max_id = connection.execute(_MAX_ID).scalar() or 0
         snapshot = self._snapshot
-        recount = time.monotonic() - self._counted_at >= RECOUNT_SECONDS
-        if max_id == snapshot.max_id and not recount:
+        if max_id <= snapshot.max_id:
             return snapshot
         with self._lock:
             snapshot = self._snapshot
-            if recount:
-                self._counted_at = time.monotonic()
-                count = session.scalar(select(func.count()).select_from(BestConfig)) or 0
-                if count != snapshot.count + self._between(session, snapshot.max_id, max_id):
-                    # rows committed below max_id after we read past them: start over
-                    snapshot = Snapshot(devices=snapshot.devices, toolchains=snapshot.toolchains)
-            if max_id != snapshot.max_id:
-                snapshot = self._load(session, snapshot, max_id)
-            self._snapshot = snapshot
+            if max_id > snapshot.max_id:
+                snapshot = self._snapshot = self._load(session, snapshot, max_id)
             return snapshot
 
-    @staticmethod
-    def _between(session: Session, after: int, up_to: int) -> int:
-        if up_to <= after:
-            return 0
-        query = select(func.count()).where(BestConfig.id > after, BestConfig.id <= up_to)
-        return session.scalar(query) or 0
+    def _recount(self, session: Session) -> None:
+        """Compare the row count too (one statement, one consistent view): a row committed
+        below the newest id after we read past it shows up here, and the index is rebuilt."""
+        self._counted_at = time.monotonic()
+        snapshot = self._snapshot
+        newer = func.coalesce(func.sum(case((BestConfig.id > snapshot.max_id, 1), else_=0)), 0)
+        max_id, count, new_rows = (
+            session.connection()
+            .execute(select(func.coalesce(func.max(BestConfig.id), 0), func.count(), newer))
+            .one()
+        )
+        if max_id < snapshot.max_id:
+            return  # this session sees an older state than the index already holds
+        if count != snapshot.count + new_rows:
+            snapshot = Snapshot(devices=snapshot.devices, toolchains=snapshot.toolchains)
+        if max_id > snapshot.max_id:
+            snapshot = self._load(session, snapshot, max_id)
+        self._snapshot = snapshot
 
     def _load(self, session: Session, old: Snapshot, up_to: int) -> Snapshot:
         rows = session.execute(

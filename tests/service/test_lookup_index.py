@@ -159,7 +159,11 @@ def _summary(answer: dict[str, Any]) -> tuple[Any, ...]:
     return answer["variant_id"], answer["tuned_problem"], answer["exact"], answer["distance"]
 
 
-def test_exact_and_nearest_match_a_brute_force_reference(database_url: str) -> None:
+@pytest.mark.parametrize("tree_rows", [best_index.KDTREE_MIN_ROWS, 1], ids=["scan", "kdtree"])
+def test_exact_and_nearest_match_a_brute_force_reference(
+    database_url: str, tree_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(best_index, "KDTREE_MIN_ROWS", tree_rows)
     rng = random.Random(8)
     engine = make_engine(database_url)
     try:
