@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from service.api import ui
 from service.api.errors import install_error_handlers
+from service.api.metrics import install_metrics
 from service.api.routes import (
     client_results,
     configs,
@@ -70,6 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     for module in (jobs, configs, measurements, workers, leases, tokens, health, client_results):
         app.include_router(module.router)
+    install_metrics(app)
     app.include_router(ui.router)
     app.mount("/ui/static", ui.static_files(), name="ui-static")
     return app

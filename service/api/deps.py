@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
@@ -25,7 +25,10 @@ __all__ = [
 _bearer = HTTPBearer(auto_error=False, description="an API token: `Bearer th_...`")
 
 
-def get_session(request: Request) -> Iterator[Session]:
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    # async, so closing (returning the connection to the pool) needs no worker thread: with a
+    # sync teardown, requests waiting in every thread for a pooled connection starved the
+    # requests holding connections of the thread they needed to close (pool timeouts, 500s)
     session = request.app.state.sessionmaker()
     try:
         yield session
@@ -53,6 +56,9 @@ def _check(
     if credentials is None:
         raise _unauthorized("missing token: send `Authorization: Bearer <token>`")
     token = authenticate(session, credentials.credentials)
+    # end this read now: a pooled connection held while the request waits for a thread for its
+    # route starved the threads waiting for connections (pool timeouts under 64 submitters)
+    session.commit()
     if token is None:
         raise _unauthorized("unknown or revoked token")
     if not has_scope(token.scopes, scope):
