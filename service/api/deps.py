@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy.orm import Session
 
 from service.settings import Settings
@@ -76,10 +77,19 @@ def require_scope(scope: str) -> Callable[..., ApiToken]:
     return dependency
 
 
-def require_read(
-    session: SessionDep, settings: SettingsDep, credentials: _Credentials
-) -> ApiToken | None:
+def _sent_credentials(request: Request) -> HTTPAuthorizationCredentials | None:
+    # read by hand, not through the HTTPBearer scheme: reads are open by design, so their
+    # OpenAPI operations must not declare security (service.api.openapi adds it back when
+    # read_token_required is set)
+    scheme, token = get_authorization_scheme_param(request.headers.get("authorization"))
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return HTTPAuthorizationCredentials(scheme=scheme, credentials=token)
+
+
+def require_read(request: Request, session: SessionDep, settings: SettingsDep) -> ApiToken | None:
     """Reads are open unless ``read_token_required``; a token sent anyway must be valid."""
+    credentials = _sent_credentials(request)
     if not settings.read_token_required and credentials is None:
         return None
     return _check(session, credentials, "read")

@@ -191,4 +191,6 @@ def best_answer_lines(answer: BestConfigOut) -> list[str]:
         "  throughput  " + format_throughput(answer.throughput, answer.throughput_unit),
         f"  device      {escape(device or '?')}",
         f"  toolchain   {escape(toolchain)}",
+        "  confirmed   "
+        + ("yes: re-measured by a second worker" if answer.confirmed else "no (one worker)"),
     ]

@@ -81,6 +81,7 @@ _ANSWER = select(
     BestConfig.device_id,
     BestConfig.toolchain_id,
     BestConfig.updated_at,
+    BestConfig.confirmed,
     Variant.id.label("variant_id"),
     Variant.name.label("variant_name"),
     Variant.params,
@@ -189,6 +190,7 @@ def _answer(query: LookupQuery, rows: Sequence[Row[Any]], exact: bool) -> dict[s
             "key": row.toolchain_key,
         },
         "measured_at": row.measured_at,
+        "confirmed": row.confirmed,
     }
 
 

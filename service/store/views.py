@@ -100,6 +100,7 @@ def job_dict(session: Session, job: Job, *, with_problems: bool) -> dict[str, An
         "budget": job.budget,
         "objective": job.objective,
         "seed": job.seed,
+        "confirm": job.confirm,
         "created_at": job.created_at,
         "updated_at": job.updated_at,
         "error": job.error,
@@ -124,6 +125,7 @@ def job_dict(session: Session, job: Job, *, with_problems: bool) -> dict[str, An
         body["problems"] = [
             {
                 "task_id": task.id,
+                "confirm_of": task.confirm_of,
                 "problem": task.problem,
                 "status": task.status,
                 "winner": winners.get(task.winner_measurement_id or -1),

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, status
 from sqlalchemy import select
 
-from service.api.deps import SessionDep, require_read, require_scope
+from service.api.deps import SessionDep, SettingsDep, require_read, require_scope
 from service.errors import NotFound
 from service.schemas.common import JobStatus, Op
 from service.schemas.jobs import JobCreate, JobList, JobOut
@@ -29,7 +29,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
     response_model=JobOut,
     dependencies=[Depends(require_scope("submit"))],
 )
-def submit_job(body: JobCreate, session: SessionDep) -> dict[str, Any]:
+def submit_job(body: JobCreate, session: SessionDep, settings: SettingsDep) -> dict[str, Any]:
     """Queue a tuning job: one task per problem. Nothing is stored when any field is bad."""
     problems = [
         parse_problem(body.op, fields, ["body", "problems", index])
@@ -47,6 +47,7 @@ def submit_job(body: JobCreate, session: SessionDep) -> dict[str, Any]:
         budget=body.budget.model_dump(),
         objective=body.objective,
         seed=body.seed,
+        confirm=body.confirm or settings.confirm,
     )
     session.add(job)
     session.flush()
