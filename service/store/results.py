@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict, InvalidInput
@@ -91,13 +91,48 @@ def _check_device(job: Job, body: ResultsIn) -> None:
         )
 
 
+def _lock_task(session: Session, task: Task) -> None:
+    """Serialize the uploads of one task: a no-op UPDATE of its row holds PostgreSQL's row
+    lock, and SQLite's write lock, until the caller commits. A retried upload that arrives
+    while the first is still being written then sees the first one's rows."""
+    session.execute(
+        update(Task)
+        .where(Task.id == task.id)
+        .values(lease_id=Task.lease_id)
+        .execution_options(synchronize_session=False)
+    )
+    session.refresh(task)
+
+
+def _stored_variants(
+    session: Session, task: Task, device_id: int, toolchain_id: int, body: ResultsIn
+) -> set[str]:
+    """Variants of the batch this task already has a measurement of (same device and
+    toolchain): an upload is idempotent, so a retried batch adds no rows."""
+    return set(
+        session.scalars(
+            select(Measurement.variant_id).where(
+                Measurement.task_id == task.id,
+                Measurement.device_id == device_id,
+                Measurement.toolchain_id == toolchain_id,
+                Measurement.variant_id.in_({m.variant_id for m in body.measurements}),
+            )
+        )
+    )
+
+
 def store_results(session: Session, lease_id: str, body: ResultsIn) -> dict[str, Any]:
     """Store a batch for the lease; on ``final`` end the task and upsert the best config.
 
-    Raises NotFound (unknown lease), Conflict (lease lost or already final) or InvalidInput.
+    Idempotent: a measurement of a variant the task already holds (same device and toolchain)
+    is not stored again, so a retried batch adds no rows and a re-leased task keeps one row
+    per variant. Raises NotFound (unknown lease), Conflict (lease lost or already final) or
+    InvalidInput.
     Commits nothing; the caller commits once, so the batch and the upsert land together.
     """
     _lease, task = held_task(session, lease_id)
+    _lock_task(session, task)
+    _lease, task = held_task(session, lease_id)  # again, now that nobody else can change it
     if task.status in ("done", "failed"):
         raise Conflict(f"lease {lease_id} is finished: the task is {task.status}")
     job = session.get(Job, task.job_id)
@@ -113,7 +148,11 @@ def store_results(session: Session, lease_id: str, body: ResultsIn) -> dict[str,
         ensure_variants(
             session, job.op, [(m.variant_id, m.variant_name, m.params) for m in body.measurements]
         )
+        seen = _stored_variants(session, task, device_id, toolchain_id, body)
         for item in body.measurements:
+            if item.variant_id in seen:
+                continue  # a retried batch, or a variant the task's earlier lease measured
+            seen.add(item.variant_id)
             fields = item.model_dump(exclude={"variant_name", "params"})
             measurement = Measurement(
                 **fields,
