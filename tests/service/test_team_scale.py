@@ -15,6 +15,7 @@ only by a clearly faster one). Which variant is fastest on a shared 2-core machi
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -48,7 +49,9 @@ from service.store.models import (
     Worker,
 )
 from service.store.results import TIE_BAND, pick_winner
+from service.store.tokens import create_token
 
+log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN_URL = os.environ.get(
     "TUNEHUB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -58,6 +61,8 @@ LEASE_SECONDS = 3
 START_TIMEOUT_S = 60.0
 JOB_TIMEOUT_S = 120.0
 MAX_VARIANTS = 3
+#: timing per candidate: these tests check bookkeeping, not which variant is fastest
+BENCH_SECONDS = 0.05
 #: small row sums: every variant of the CPU space is valid for them, so each task measures
 #: the same MAX_VARIANTS candidates (the exhaustive order is deterministic)
 REFERENCE_PROBLEMS = [{"m": 64, "k": 1024, "kind": "sum"}, {"m": 128, "k": 512, "kind": "sum"}]
@@ -95,11 +100,17 @@ class Proc:
             os.kill(self.popen.pid, signal.SIGKILL)
         self.popen.wait(timeout=10)
 
+    def stop_signal(self) -> int:
+        return signal.SIGINT if self.name.startswith("api") else signal.SIGTERM
+
     def stop(self) -> None:
         """SIGINT (uvicorn) / SIGTERM (worker) first; SIGKILL when it does not end."""
         if not self.alive():
             return
-        self.popen.send_signal(signal.SIGINT if self.name.startswith("api") else signal.SIGTERM)
+        self.popen.send_signal(self.stop_signal())
+        self.wait_or_kill()
+
+    def wait_or_kill(self) -> None:
         try:
             self.popen.wait(timeout=15)
         except subprocess.TimeoutExpired:
@@ -144,13 +155,21 @@ class Processes:
         return self.spawn(name, args, env), f"http://127.0.0.1:{port}"
 
     def worker(self, name: str, url: str, token: str) -> Proc:
-        env = _env(cache_dir=str(self.tmp / "kernel-cache"), data_dir=str(self.tmp / name))
+        env = _env(
+            cache_dir=str(self.tmp / "kernel-cache"),  # one compile serves every worker
+            data_dir=str(self.tmp / name),
+            bench_seconds=str(BENCH_SECONDS),
+        )
         args = ["worker", "--server", url, "--token", token, "--name", name]
         return self.spawn(name, args, env)
 
     def stop_all(self) -> None:
-        for proc in reversed(self.started):
-            proc.stop()
+        """Signal every process first, then wait for each (they shut down in parallel)."""
+        for proc in self.started:
+            if proc.alive():
+                proc.popen.send_signal(proc.stop_signal())
+        for proc in self.started:
+            proc.wait_or_kill()
 
 
 def _wait_healthy(proc: Proc, url: str) -> None:
@@ -282,43 +301,55 @@ def team(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team
     try:
         api_a, url_a = procs.api("api-a", pg_url)
         api_b, url_b = procs.api("api-b", pg_url)
-        _wait_healthy(api_a, url_a)
-        _wait_healthy(api_b, url_b)
         admin = create_token_in_db(pg_url, "team-admin", ["admin"])
         team = Team(pg_url, engine, procs, api_a, url_a, api_b, url_b, admin)
-
-        # the single-worker run: it also warms the shared compile cache
+        # the single-worker run (it also warms the shared compile cache); the worker starts
+        # with the APIs and registers once A answers
         solo = procs.worker("solo", url_a, team.worker_token("solo-host"))
+        _wait_healthy(api_a, url_a)
+        _wait_healthy(api_b, url_b)
+        log.info("two API processes up at %s and %s", url_a, url_b)
         team.reference_job = team.submit(url_a, REFERENCE_PROBLEMS)
         assert team.wait_job(team.reference_job, [solo, api_a])["status"] == "done"
         solo.stop()
+        log.info("single-worker job %s done", team.reference_job)
 
-        workers = [
-            procs.worker("w1", url_a, team.worker_token("gpu-host-1")),
-            procs.worker("w2", url_b, team.worker_token("gpu-host-2")),
-            procs.worker("w3", url_a, team.worker_token("gpu-host-3")),
-        ]
+        workers = {
+            "w1": procs.worker("w1", url_a, team.worker_token("gpu-host-1")),
+            "w2": procs.worker("w2", url_b, team.worker_token("gpu-host-2")),
+            "w3": procs.worker("w3", url_a, team.worker_token("gpu-host-3")),
+        }
+        everyone = [*workers.values(), api_a, api_b]
+
+        def registered() -> bool:
+            with team.session() as session:
+                return all(_worker_id(session, name) for name in workers)
+
+        _until("three workers to register", registered, START_TIMEOUT_S, everyone)
         team.team_job = team.submit(url_b, TEAM_PROBLEMS)
 
-        def w1_holds_a_task() -> tuple[str, str] | None:
+        def a_worker_holds_a_task() -> tuple[str, str, str] | None:
             with team.session() as session:
-                w1 = _worker_id(session, "w1")
                 row = session.execute(
-                    select(Task.id, Task.lease_id).where(
+                    select(Task.id, Task.lease_id, Worker.name)
+                    .join(Worker, Worker.id == Task.lease_owner)
+                    .where(
                         Task.job_id == team.team_job,
                         Task.status == "running",
-                        Task.lease_owner == w1,
+                        Task.progress_total > 0,  # tuning: it reported its candidate count
                     )
+                    .order_by(Worker.name)  # w1 when it holds one
                 ).first()
-            return (row[0], row[1]) if row and w1 else None
+            return (row[0], str(row[1]), row[2]) if row else None
 
-        everyone = [*workers, api_a, api_b]
-        team.killed_task, team.killed_lease = _until(
-            "w1 to lease a task", w1_holds_a_task, 60, everyone
+        team.killed_task, team.killed_lease, victim = _until(
+            "a worker to lease a task", a_worker_holds_a_task, 60, everyone
         )
-        workers[0].kill9()
+        workers[victim].kill9()
+        log.info("%s SIGKILLed holding lease %s of %s", victim, team.killed_lease, team.killed_task)
         assert team.wait_job(team.team_job, everyone)["status"] == "done"
-        for worker in workers:
+        log.info("team job %s done", team.team_job)
+        for worker in workers.values():
             worker.stop()
         yield team
     finally:
@@ -406,7 +437,7 @@ def test_best_configs_follow_the_upsert_rule_over_both_runs(team: Team) -> None:
 
 # -- two workers race for one task ----------------------------------------------------------
 
-RACERS = 12
+RACERS = 8
 ROUNDS = 3
 RACE_DEVICE = {
     "backend": "cpu",
@@ -423,8 +454,13 @@ def _race(urls: list[str], database_url: str, admin: str) -> None:
     """RACERS workers, each with its own token, ask both API processes for one task at once;
     exactly one lease is granted per round."""
     racers: list[tuple[str, str]] = []
-    for index in range(RACERS):
-        token = create_token_in_db(database_url, f"race-host-{index}", ["worker"])
+    engine = make_engine(database_url)
+    try:
+        with Session(engine) as session, session.begin():
+            tokens = [create_token(session, f"race-host-{i}", ["worker"]) for i in range(RACERS)]
+    finally:
+        engine.dispose()
+    for index, token in enumerate(tokens):
         response = httpx.post(
             f"{urls[index % len(urls)]}/v1/workers",
             json={"name": f"racer-{index}", "devices": [RACE_DEVICE]},
