@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, status
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from service.api.deps import SessionDep, SettingsDep, require_read, require_scope
 from service.errors import NotFound
@@ -31,7 +32,7 @@ def _live_seconds(settings: Settings) -> float:
 
 
 def _with_waiting(
-    session: SessionDep, settings: Settings, jobs: list[Job], *, with_problems: bool
+    session: Session, settings: Settings, jobs: list[Job], *, with_problems: bool
 ) -> list[dict[str, Any]]:
     live = live_worker_devices(session, _live_seconds(settings))
     bodies = []
