@@ -64,8 +64,13 @@ def watch_job(
     )
     with Progress(*columns, console=console, transient=False) as progress:
         bar = progress.add_task(f"job {job_id}: queued", total=None)
+        waiting: str | None = None
         while True:
             job = client.get_job(job_id)
+            if job.waiting_for != waiting and job.waiting_for:
+                # printed once per change, above the bar: nobody can take the job yet
+                progress.console.print(f"job {job_id}: {job.waiting_for}", markup=False)
+            waiting = job.waiting_for
             counts = job.progress
             total = counts.candidates_total or None
             done = counts.candidates_done

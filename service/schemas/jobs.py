@@ -111,6 +111,9 @@ class JobSummary(ResponseModel):
     error: str | None = None
     total_tasks: int
     progress: JobProgress
+    #: set while queued tasks wait for a device no connected worker has, e.g.
+    #: "waiting for a worker with a cuda device named like 'H200'; connected workers have ..."
+    waiting_for: str | None = None
 
 
 class JobOut(JobSummary):
