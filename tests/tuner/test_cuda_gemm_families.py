@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tuner.engine import candidate_params
-from tuner.problems import GemmProblem
+from tuner.problems import GemmProblem, ReduceProblem
 from tuner.render import render_variant
 from tuner.spaces import cuda_gemm_cublaslt as lt
 from tuner.spaces.cuda_gemm import DEFAULT_MAX_VARIANTS, CudaGemmSpace
@@ -165,3 +165,58 @@ def test_without_discovery_the_space_still_has_candidates() -> None:
     kept, _ = candidate_params(request, "sm_90", "cuda")
     assert kept[0]["library"] == "tunehub"
     assert {p["library"] for p in kept} == {"tunehub", "cutlass"}
+
+
+class _FakeHarnessBackend:
+    """CudaBackend.discover with the build and the harness replaced (no nvcc, no GPU)."""
+
+    def __init__(self, tmp_path, answer) -> None:
+        from tuner.backends.cuda import CudaBackend
+        from tuner.types import CompileResult, EngineConfig
+
+        self.backend = CudaBackend(EngineConfig(cache_dir=str(tmp_path)), nvcc="nvcc")
+        self.backend._identity = "nvcc test"
+        self.sent: list[dict] = []
+
+        def build(variants):
+            return {v.id: CompileResult(v.id, True, "/x/kernel.so", 0.0, True) for v in variants}
+
+        def request(payload, timeout_s):
+            self.sent.append(payload)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+        self.backend.build = build  # type: ignore[method-assign]
+        self.backend.request = request  # type: ignore[method-assign]
+
+
+def _gemm_request() -> TuneRequest:
+    return TuneRequest(
+        op="gemm", dtype="f16", layout="rcr", problem=GemmProblem(4, 4608, 3584), backend="cuda"
+    )
+
+
+def test_backend_discovery_asks_the_harness_and_returns_params(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr("tuner.backends.cuda.cublas_paths", lambda: None)
+    fake = _FakeHarnessBackend(tmp_path, {"algos": FOUND})
+    found = fake.backend.discover(_gemm_request(), "sm_90")
+    assert found == CudaGemmSpace().from_discovery(FOUND)
+    (sent,) = fake.sent
+    assert sent["cmd"] == "discover" and sent["problem"] == {"m": 4, "n": 4608, "k": 3584}
+    assert sent["requested"] == lt.REQUESTED_ALGOS
+    assert fake.backend.last_discovery == FOUND
+
+
+def test_a_failed_discovery_leaves_the_other_families(tmp_path, monkeypatch) -> None:
+    from tuner.backends.cuda_process import HarnessTimeout
+
+    monkeypatch.setattr("tuner.backends.cuda.cublas_paths", lambda: None)
+    for answer in ({"outcome": "runtime_error", "log": "status -7"}, HarnessTimeout("hung")):
+        assert (
+            _FakeHarnessBackend(tmp_path, answer).backend.discover(_gemm_request(), "sm_90") == []
+        )
+    reduce = TuneRequest(
+        op="reduce", dtype="f16", layout="row", problem=ReduceProblem(8, 64), backend="cuda"
+    )
+    assert _FakeHarnessBackend(tmp_path, {"algos": FOUND}).backend.discover(reduce, "sm_90") == []

@@ -263,6 +263,8 @@ class CudaGemmSpace(VariantSpace):
     sm80_template = "cuda/gemm_sm80.cu.j2"
     #: the build that finds the cuBLASLt algorithms of a shape (the backend runs it)
     discovery_params: Params = lt.DISCOVERY_PARAMS
+    #: how many algorithms discovery asks the vendor heuristic for
+    requested_algos: int = lt.REQUESTED_ALGOS
     default_max_variants = DEFAULT_MAX_VARIANTS
     #: SMs that ``order`` fills (H100 SXM / H200 by default; pass the device's count if known)
     sm_count: int = DEFAULT_SM_COUNT
