@@ -82,8 +82,9 @@ def test_discovered_cublaslt_algorithms_verify(
 @pytest.mark.parametrize(
     ("dtype", "dims", "overrides"),
     [
-        ("f16", (1, 4096, 4096), {"m_tile": 1, "splits": 1}),
-        ("bf16", (3, 3584, 18944), {"m_tile": 4, "splits": 4}),
+        ("f16", (1, 4096, 4096), {"m_tile": 1, "splits": 1, "slices": 1}),
+        ("bf16", (3, 3584, 18944), {"m_tile": 4, "splits": 2, "slices": 4}),
+        ("f16", (1, 4608, 3584), {"m_tile": 1, "slices": 8, "unroll": 8}),
         ("f16", (64, 4608, 3584), {"m_tile": 16, "unroll": 2}),
     ],
 )

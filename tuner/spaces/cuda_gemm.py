@@ -23,7 +23,7 @@ Every params dict names its ``library`` (``cutlass``, ``cublaslt``, ``tunehub``)
 depend on the shape and GPU, so they are not enumerated: the backend discovers them at tuning
 time (:mod:`tuner.spaces.cuda_gemm_cublaslt`) and hands them to ``candidate_params``. ``order``
 merges the families: the vendor default (cuBLASLt heuristic #0) first, so every budget holds
-it, then the best skinny kernels (m <= 64), the best CUTLASS kernels (m > 16), then the rest.
+it, then the best skinny kernels (m <= 4), the best CUTLASS kernels (m > 16), then the rest.
 """
 
 from __future__ import annotations
@@ -337,12 +337,13 @@ class CudaGemmSpace(VariantSpace):
             [p for p in candidates if p["family"] in ("sm90", "sm80")], problem
         )
         head = _CUTLASS_HEAD if problem.m >= _CUTLASS_HEAD_MIN_M else 0
+        fast_head = _SKINNY_HEAD if problem.m <= skinny.HEAD_MAX_M else 0
         return [
             *vendor[:1],
-            *fast[:_SKINNY_HEAD],
+            *fast[:fast_head],
             *cutlass[:head],
             *vendor[1:],
-            *fast[_SKINNY_HEAD:],
+            *fast[fast_head:],
             *cutlass[head:],
         ]
 

@@ -4,8 +4,13 @@ Decode GEMMs (a few tokens times a weight matrix) are bound by streaming the wei
 limit is bytes(B) over the copy rate. ``gemm_skinny.cu.j2`` applies the reduce kernels'
 packSize x group choice to W.x: a group of ``lanes`` threads owns a row of B (one column of D)
 for ``m_tile`` rows of A, loads ``pack`` elements per access with ``unroll`` loads in flight,
-and reduces with shuffles; ``warps`` per CTA; ``splits`` cuts K for shapes with too few rows
-of B to fill the GPU.
+and reduces with shuffles; ``warps`` per CTA, whose groups may cut each row's K into ``slices``
+(summed in shared memory: fewer rows per CTA, more CTAs, a balanced last wave); ``splits`` cuts
+K across CTAs (a second kernel sums them) for shapes with too few rows of B to fill the GPU.
+
+Measured on the H200 (docs/benchmarks/h200-gemm-vendor.md): m_tile 16 re-reads A from L1 for
+every pack of B and runs 4-6x slower than cuBLASLt, so the order tries skinny first only for
+m <= ``HEAD_MAX_M``; at m = 1 a full warp per row (lanes 32) won.
 """
 
 from __future__ import annotations
@@ -17,20 +22,24 @@ from typing import Any
 from tuner.problems import GemmProblem
 from tuner.spaces.base import Params
 
-__all__ = ["FAMILY", "TEMPLATE", "MAX_M", "skinny_params", "prune", "order", "name"]
+__all__ = ["FAMILY", "TEMPLATE", "MAX_M", "HEAD_MAX_M", "skinny_params", "prune", "order", "name"]
 
 FAMILY = "skinny"
 TEMPLATE = "cuda/gemm_skinny.cu.j2"
 #: the family runs only where m is at most this
 MAX_M = 64
+#: the order tries the family before cuBLASLt's alternatives only up to this m
+HEAD_MAX_M = 4
 _M_TILES = (1, 2, 4, 8, 16)
 _PACKS = (8, 4)
-_LANES = (32, 16, 8)
-_WARPS = (4, 8)
-_SPLITS = (1, 2, 4)
-_UNROLLS = (4, 2)
-#: CTAs the order aims for: a few per SM of a 132-SM GPU, enough loads in flight
-_TARGET_CTAS = 4 * 132
+_LANES = (32, 16)
+_WARPS = (8, 4)
+_SLICES = (1, 2, 4, 8)
+_SPLITS = (1, 2)
+_UNROLLS = (8, 4, 2)
+_SM_COUNT = 132
+#: per-SM CTA count over its mean above which the last wave counts as unbalanced
+_BALANCE = 1.08
 _LAYOUTS = ("rcr",)
 #: m_tile 16 with 4 packs in flight took all 255 registers and spilled (ptxas, sm_90a)
 _MAX_TILE_X_UNROLL = 32
@@ -44,12 +53,14 @@ def skinny_params() -> list[Params]:
             "pack": pack,
             "lanes": lanes,
             "warps": warps,
+            "slices": slices,
             "splits": splits,
             "unroll": unroll,
         }
-        for m_tile, pack, lanes, warps, splits, unroll in itertools.product(
-            _M_TILES, _PACKS, _LANES, _WARPS, _SPLITS, _UNROLLS
+        for m_tile, pack, lanes, warps, slices, splits, unroll in itertools.product(
+            _M_TILES, _PACKS, _LANES, _WARPS, _SLICES, _SPLITS, _UNROLLS
         )
+        if m_tile * unroll <= _MAX_TILE_X_UNROLL and slices <= warps * 32 // lanes
     ]
 
 
@@ -68,36 +79,39 @@ def prune(params: Params, problem: GemmProblem, layout: str) -> str | None:
     best = _m_tile_for(problem.m)
     if params["m_tile"] not in (best, best // 2):
         return f"m_tile {params['m_tile']} does not suit m={problem.m} (tiles {best}, {best // 2})"
-    if params["m_tile"] * params["unroll"] > _MAX_TILE_X_UNROLL:
-        return "m_tile x unroll loads in flight exceed the registers (spills)"
-    if params["splits"] > 1 and problem.k // params["splits"] < params["lanes"] * params["pack"]:
-        return f"k={problem.k} is too short to split {params['splits']} ways"
+    ways = params["splits"] * params["slices"]
+    if ways > 1 and problem.k // ways < params["lanes"] * params["pack"] * params["unroll"]:
+        return f"k={problem.k} is too short to cut {ways} ways"
     return None
 
 
-def _ctas(params: Params, problem: GemmProblem) -> int:
-    rows_per_cta = params["warps"] * 32 // params["lanes"]
-    return (
+def _balance(params: Params, problem: GemmProblem) -> float:
+    """The busiest SM's CTAs over the mean (1.0: the last wave ends together)."""
+    rows_per_cta = params["warps"] * 32 // params["lanes"] // params["slices"]
+    ctas = (
         math.ceil(problem.n / rows_per_cta)
         * math.ceil(problem.m / params["m_tile"])
         * params["splits"]
     )
+    per_sm = ctas / _SM_COUNT
+    return math.ceil(per_sm) / per_sm
 
 
 def order(candidates: list[Params], problem: GemmProblem) -> list[Params]:
-    """Full-width loads first, then grids near a few CTAs per SM, then fewer passes over B."""
+    """Full-width loads and a warp per row first, then balanced grids, deep unrolls, no split-K
+    (a second launch), fewer K slices."""
     best = _m_tile_for(problem.m)
 
     def key(p: Params) -> tuple[Any, ...]:
-        fill = abs(math.log(max(1, _ctas(p, problem)) / _TARGET_CTAS))
         return (
             p["pack"] != 8,
             p["m_tile"] != best,
-            round(fill, 1),
-            p["splits"],
             _LANES.index(p["lanes"]),
+            _balance(p, problem) > _BALANCE,
+            p["splits"],
             _UNROLLS.index(p["unroll"]),
-            p["warps"],
+            _WARPS.index(p["warps"]),
+            p["slices"],
         )
 
     return sorted(candidates, key=key)
@@ -111,6 +125,8 @@ def name(params: Params, dtype: str, layout: str) -> str:
         f"w{params['warps']}",
         f"u{params['unroll']}",
     ]
+    if params["slices"] > 1:
+        parts.append(f"s{params['slices']}")
     if params["splits"] > 1:
         parts.append(f"sk{params['splits']}")
     return "_".join(parts)
