@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tuner.engine import candidate_params
+from tuner.errors import InvalidRequestError
 from tuner.problems import GemmProblem, ReduceProblem
+from tuner.registry import load_space
 from tuner.render import render_variant
 from tuner.spaces import cuda_gemm_cublaslt as lt
 from tuner.spaces.cuda_gemm import DEFAULT_MAX_VARIANTS, CudaGemmSpace
@@ -229,3 +231,18 @@ def test_a_failed_discovery_leaves_the_other_families(tmp_path, monkeypatch) -> 
         op="reduce", dtype="f16", layout="row", problem=ReduceProblem(8, 64), backend="cuda"
     )
     assert _FakeHarnessBackend(tmp_path, {"algos": FOUND}).backend.discover(reduce, "sm_90") == []
+
+
+def test_discovered_params_are_checked_by_form_not_by_enumeration() -> None:
+    """What the service asks of an uploaded cuBLASLt measurement (enumerate cannot list it)."""
+    space = CudaGemmSpace()
+    found = space.from_discovery(FOUND)[1]
+    assert space.discovered_reason(found, "f16", "rcr", "sm_90") is None
+    assert "splitk" in (
+        space.discovered_reason({**found, "splitk": 0}, "f16", "rcr", "sm_90") or ""
+    )
+    skinny = _skinny(m_tile=1)
+    assert "enumerate" in (space.discovered_reason(skinny, "f16", "rcr", "sm_90") or "")
+    with pytest.raises(InvalidRequestError):
+        space.discovered_reason(found, "f32", "rcr", "sm_90")
+    assert load_space("reduce", "cuda").discovered_reason({}, "f16", "row", "sm_90") is not None

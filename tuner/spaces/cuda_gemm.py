@@ -296,6 +296,12 @@ class CudaGemmSpace(VariantSpace):
             return skinny.TEMPLATE
         return self.template if family == "sm90" else self.sm80_template
 
+    def discovered_reason(self, params: Params, dtype: str, layout: str, arch: str) -> str | None:
+        if params.get("library") != "cublaslt":
+            return "only cuBLASLt algorithms are discovered; other params come from enumerate"
+        self.enumerate(dtype, layout, arch)  # InvalidRequestError for a dtype/layout/arch it lacks
+        return lt.invalid_reason({k: v for k, v in params.items() if k != "library"})
+
     def from_discovery(self, found: list[dict[str, Any]]) -> list[Params]:
         """cuBLASLt params from the discovery build's answer, vendor default first."""
         return [{"library": "cublaslt", **p} for p in lt.params_from_discovery(found)]
