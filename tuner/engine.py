@@ -38,13 +38,15 @@ class TuneObserver(Protocol):
 
 
 def candidate_params(
-    request: TuneRequest, arch: str, backend_name: str
+    request: TuneRequest, arch: str, backend_name: str, discovered: Sequence[Params] = ()
 ) -> tuple[list[Params], list[tuple[Params, str]]]:
-    """The space for the request split into (runnable candidates, [(pruned, reason)])."""
+    """The space for the request split into (runnable candidates, [(pruned, reason)]);
+    ``discovered``: params the backend found on the device for this problem (vendor
+    algorithms), pruned and ordered with the rest."""
     space = load_space(request.op, backend_name)
     kept: list[Params] = []
     pruned: list[tuple[Params, str]] = []
-    for params in space.enumerate(request.dtype, request.layout, arch):
+    for params in [*discovered, *space.enumerate(request.dtype, request.layout, arch)]:
         reason = space.prune(params, request.problem, request.dtype, request.layout)
         if reason is None:
             kept.append(params)
@@ -80,7 +82,8 @@ def tune(
     started = time.monotonic()
     device = backend.device()
     space = load_space(request.op, backend.name)
-    candidates, pruned = candidate_params(request, device.arch, backend.name)
+    discovered = backend.discover(request, device.arch)
+    candidates, pruned = candidate_params(request, device.arch, backend.name, discovered)
     if not candidates:
         reasons = sorted({reason for _, reason in pruned})[:3]
         raise NoVariantsError(f"every variant was pruned for {request.problem.key()}: {reasons}")

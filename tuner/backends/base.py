@@ -4,6 +4,7 @@
     backend.toolchain(space)               -> Toolchain  (compiler + template version + libs)
     backend.build(variants)                -> {variant_id: CompileResult}, cached and parallel
     backend.run(variant, artifact, request, abort_above_us) -> BenchResult
+    backend.discover(request, arch)        -> [params] found on the device (vendor algorithms)
 
 ``run`` must verify the variant's output against a reference before its timing counts, and
 must turn a crash, a hang or a wrong answer into that variant's outcome, never an exception.
@@ -14,7 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from tuner.spaces.base import VariantSpace
+from tuner.spaces.base import Params, VariantSpace
 from tuner.types import (
     BenchResult,
     CompileResult,
@@ -59,6 +60,11 @@ class Backend(ABC):
         request: TuneRequest,
         abort_above_us: float | None = None,
     ) -> BenchResult: ...
+
+    def discover(self, request: TuneRequest, arch: str) -> list[Params]:
+        """Candidates that only the device can name for this problem (e.g. the algorithms a
+        vendor library's heuristic returns), or none; failures log and return none."""
+        return []
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release device slots, harness processes and pools."""
