@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
+from tuner import winner
 from tuner.backends.base import Backend
 from tuner.errors import InvalidRequestError, NoVariantsError
 from tuner.registry import load_space, load_strategy_class
@@ -55,14 +56,14 @@ def candidate_params(
 
 
 def pick_winner(results: Sequence[BenchResult], tie_band: float) -> BenchResult | None:
-    """The fastest verified result; medians within ``tie_band`` of it are a tie, broken by
-    name so that re-tuning the same space does not flip the winner on noise."""
-    verified = [r for r in results if r.ok and r.timing is not None]
-    if not verified:
-        return None
-    best = min(r.timing.median_us for r in verified if r.timing)
-    tied = [r for r in verified if r.timing and r.timing.median_us <= best * (1.0 + tie_band)]
-    return min(tied, key=lambda r: r.variant_name)
+    """The engine's side of :mod:`tuner.winner`: the verified winner of ``results``."""
+    return winner.pick(
+        results,
+        median=lambda r: r.timing.median_us if r.timing else None,
+        name=lambda r: r.variant_name,
+        ok=lambda r: r.ok,
+        tie_band=tie_band,
+    )
 
 
 def tune(
