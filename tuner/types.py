@@ -72,6 +72,14 @@ class EngineConfig:
     warmup_seconds: float = 0.05
     min_reps: int = 5
     max_reps: int = 10_000
+    #: adaptive timing: stop once the 95% confidence interval of the median is within this
+    #: fraction of it (after ``min_reps``; ``bench_seconds`` and ``max_reps`` cap it); 0: off
+    target_ci: float = 0.01
+    #: a measurement whose process CPU time is below this share of its wall time was taken
+    #: while another process held the core: it is flagged suspect and re-measured
+    min_cpu_share: float = 0.9
+    #: re-measurements of a suspect contender before its best try is kept (still suspect)
+    remeasure_tries: int = 3
     #: relative band inside which two medians are a tie (broken by variant name)
     tie_band: float = 0.02
     #: stop timing a candidate early once its median is this many times the best so far

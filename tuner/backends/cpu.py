@@ -1,9 +1,14 @@
-"""The CPU backend: g++ builds one harness executable per variant, a subprocess measures it.
+"""The CPU backend: g++ builds batches of variants into shared objects, a runner times one.
 
-Every executable includes ``kernel_templates/cpu/_harness.h`` (its top documents the command
-line and the template contract). ``run`` writes random inputs to a private folder once per
-problem, runs the executable with a timeout (never through a shell), verifies the output it
-wrote against :mod:`tuner.reference` and only then turns its samples into a timing.
+Variants include ``kernel_templates/cpu/_harness.h`` (the template contract); ``build``
+compiles many of them per compiler invocation (:mod:`tuner.backends.cpu_batch`,
+:func:`tuner.compile.build_batched`) and the runner ``_runner.cpp`` once (its top documents the
+command line). ``run`` writes random inputs to a private folder once per problem, runs the
+runner on one variant's symbols in its own process with a timeout (never through a shell),
+so a crash stays that variant's, verifies the output it wrote against :mod:`tuner.reference`
+and only then turns its samples into a timing. Nothing else of tunehub runs while it times
+(compiles finish before the batch is measured), and the runner reports its CPU time against
+its wall time: a low share means another process took the core, and the result is suspect.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -30,7 +36,8 @@ import numpy as np
 from tuner import stats
 from tuner.backends import cpu_host
 from tuner.backends.base import Backend
-from tuner.compile import CompileCache, build_variants
+from tuner.backends.cpu_batch import RUNNER_SOURCE, batch_source, runner_key, symbol_prefix
+from tuner.compile import CompileCache, build_batched
 from tuner.errors import ToolchainError
 from tuner.problems import Problem, ReduceProblem
 from tuner.reference import ELEMENT_SIZE, STORAGE, make_inputs, reference, verify
@@ -100,6 +107,8 @@ class CpuBackend(Backend):
         self._workdir = Path(tempfile.mkdtemp(prefix="tunehub-cpu-"))
         self._problems: OrderedDict[tuple[Any, ...], _ProblemData] = OrderedDict()
         self._runs = 0
+        self._runner: str | None = None
+        self._runner_lock = threading.Lock()
 
     # ---- identity ------------------------------------------------------------------------
     @cached_property
@@ -172,25 +181,82 @@ class CpuBackend(Backend):
         )
 
     # ---- build ---------------------------------------------------------------------------
-    def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]:
-        cache = CompileCache(self.config.cache_dir, max_bytes=self.config.cache_max_bytes)
+    def _argv_factory(self, *extra: str) -> Any:
         includes = [str(CPU_TEMPLATES_DIR), *self.config.include_dirs]
         compiler = self.compiler
 
         def make_argv(source: Path, output: Path, flags: Sequence[str]) -> list[str]:
-            argv = [compiler, *flags]
+            argv = [compiler, *flags, *extra]
             for folder in includes:
                 argv += ["-I", folder]
             return [*argv, str(source), "-o", str(output)]
 
-        return build_variants(
-            cache,
-            variants,
-            make_argv,
-            source_name="kernel.cpp",
-            workers=self.config.compile_workers or os.cpu_count() or 1,
-            timeout_s=self.config.compile_timeout_s,
+        return make_argv
+
+    def runner(self) -> str:
+        """The runner executable, built once per compiler and flags (cached with the variants)."""
+        with self._runner_lock:
+            if self._runner is None:
+                self._runner = self._build_runner()
+            return self._runner
+
+    def _build_runner(self) -> str:
+        cache = CompileCache(self.config.cache_dir, artifact_name="runner")
+        flags = self.base_flags(self.device().arch)
+        key = runner_key(CPU_TEMPLATES_DIR, flags, self.compiler_identity())
+        hit = cache.lookup(key)
+        if hit is None:
+            staged = cache.staging_dir()
+            argv = self._argv_factory("-ldl")(
+                CPU_TEMPLATES_DIR / RUNNER_SOURCE, staged / "runner", flags
+            )
+            try:
+                proc = subprocess.run(
+                    argv,
+                    capture_output=True,
+                    text=True,
+                    timeout=self.config.compile_timeout_s,
+                    check=False,
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                shutil.rmtree(staged, ignore_errors=True)
+                raise ToolchainError(f"cannot build the CPU runner: {exc}") from None
+            if proc.returncode != 0:
+                shutil.rmtree(staged, ignore_errors=True)
+                raise ToolchainError(f"cannot build the CPU runner: {proc.stderr[-1000:]}")
+            cache.publish(key, staged)
+            hit = cache.lookup(key)
+        if hit is None or hit.artifact is None:
+            raise ToolchainError("the CPU runner vanished from the compile cache")
+        return str(hit.artifact)
+
+    def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]:
+        cache = CompileCache(
+            self.config.cache_dir,
+            max_bytes=self.config.cache_max_bytes,
+            artifact_name="kernel.so",
         )
+        # the runner compiles beside the first batches (it is cached after that)
+        runner = threading.Thread(target=self._runner_or_later, daemon=True)
+        runner.start()
+        try:
+            return build_batched(
+                cache,
+                variants,
+                self._argv_factory("-shared", "-fPIC"),
+                batch_source,
+                source_name="batch.cpp",
+                workers=self.config.compile_workers or os.cpu_count() or 1,
+                timeout_s=self.config.compile_timeout_s,
+            )
+        finally:
+            runner.join()
+
+    def _runner_or_later(self) -> None:
+        try:
+            self.runner()
+        except ToolchainError:  # raised again by run(), where it fails the task
+            log.warning("building the CPU runner failed", exc_info=True)
 
     # ---- run -----------------------------------------------------------------------------
     def _problem_data(self, request: TuneRequest) -> _ProblemData:
@@ -218,6 +284,7 @@ class CpuBackend(Backend):
 
     def _argv(
         self,
+        variant_id: str,
         artifact: str,
         request: TuneRequest,
         data: _ProblemData,
@@ -226,7 +293,11 @@ class CpuBackend(Backend):
     ) -> list[str]:
         cfg = self.config
         argv = [
+            self.runner(),
+            "--library",
             artifact,
+            "--symbol",
+            symbol_prefix(variant_id),
             "--dims",
             *map(str, harness_dims(request.problem)),
             "--inputs",
@@ -241,6 +312,8 @@ class CpuBackend(Backend):
             str(cfg.min_reps),
             "--max-reps",
             str(cfg.max_reps),
+            "--target-ci",
+            repr(cfg.target_ci),
         ]
         if abort_above_us is not None and abort_above_us > 0:
             argv += ["--abort-us", repr(float(abort_above_us))]
@@ -260,7 +333,7 @@ class CpuBackend(Backend):
         before = cpu_host.host_snapshot()
         try:
             proc = subprocess.run(
-                self._argv(artifact, request, data, output, abort_above_us),
+                self._argv(variant.id, artifact, request, data, output, abort_above_us),
                 capture_output=True,
                 text=True,
                 check=False,
@@ -275,8 +348,7 @@ class CpuBackend(Backend):
             )
         except OSError as exc:
             return replace(base, log=f"cannot start {artifact}: {exc}")
-        provenance = self._provenance(before, cpu_host.host_snapshot())
-        base = replace(base, provenance=provenance, suspect=bool(provenance["suspect"]))
+        base = replace(base, provenance=self._provenance(before, cpu_host.host_snapshot()))
         try:
             return self._result(base, proc, request, data, output)
         finally:
@@ -315,11 +387,18 @@ class CpuBackend(Backend):
         if not samples:
             return replace(base, log="harness reported no samples")
         timing = timing_from_samples(samples)
+        cpu_share = stats.cpu_share(answer.get("cpu_seconds"), answer.get("wall_seconds"))
+        # another process held the core while this one timed (tunehub compiles nothing then)
+        suspect = cpu_share is not None and cpu_share < self.config.min_cpu_share
         provenance = {
             **base.provenance,
             "max_abs_error": verdict.max_abs_error,
             "calls_per_sample": answer.get("calls_per_sample"),
             "copies": answer.get("copies"),
+            "cpu_share": cpu_share,
+            "median_ci_rel": stats.median_ci_rel(samples),
+            "spread": timing.spread,
+            "suspect": suspect,
         }
         outcome = Outcome.ABORTED_SLOW if answer.get("aborted") else Outcome.OK
         throughput, unit = stats.throughput(
@@ -332,13 +411,14 @@ class CpuBackend(Backend):
             throughput=throughput,
             throughput_unit=unit,
             provenance=provenance,
+            suspect=suspect,
             log=stderr,
         )
 
     @staticmethod
     def _provenance(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-        cores = os.cpu_count() or 1
-        loads = [x for x in (before["loadavg_1m"], after["loadavg_1m"]) if x is not None]
+        # the load average is kept for the record only: it counts tunehub's own compiles,
+        # so it cannot say whether a measurement was disturbed (cpu_share does)
         return {
             "hostname": cpu_host.hostname(),
             "loadavg_1m_before": before["loadavg_1m"],
@@ -346,8 +426,6 @@ class CpuBackend(Backend):
             "cpu_mhz_before": before["cpu_mhz"],
             "cpu_mhz_after": after["cpu_mhz"],
             "measured_at": time.time(),
-            # another workload shared the cores while we timed
-            "suspect": any(load > cores for load in loads),
         }
 
     def close(self) -> None:
