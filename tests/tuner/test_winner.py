@@ -115,3 +115,16 @@ def test_engine_and_store_pick_the_same_winner() -> None:
         by_store = store_pick(rows, names)  # type: ignore[arg-type]
         assert by_engine is not None and by_store is not None
         assert by_engine.variant_id == by_store.variant_id, case
+
+
+def test_adaptive_timing_rule() -> None:
+    from tuner.stats import ci_reached, cpu_share, median_ci, median_ci_rel
+
+    steady = [100.0 + 0.1 * (i % 5) for i in range(40)]
+    noisy = [100.0 * (1.0 + 0.3 * ((i * 7) % 11) / 10) for i in range(40)]
+    assert median_ci_rel(steady) < 0.01 and ci_reached(steady, 0.01, 10)
+    assert not ci_reached(noisy, 0.01, 10)
+    assert not ci_reached(steady[:5], 0.01, 10)  # the floor of repetitions
+    low, high = median_ci(list(range(100)))
+    assert (low, high) == (40, 60)
+    assert cpu_share(0.5, 1.0) == 0.5 and cpu_share(None, 1.0) is None

@@ -30,6 +30,9 @@ __all__ = ["Backend"]
 
 class Backend(ABC):
     name: str
+    #: True when compiling does not disturb what ``run`` measures (a GPU timed while the
+    #: host's CPUs compile): the engine then builds the next batch while timing this one
+    compile_overlaps_measure: bool = False
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config

@@ -82,6 +82,7 @@ def nvcc_version_line(nvcc: str) -> str:
 
 class CudaBackend(Backend):
     name = "cuda"
+    compile_overlaps_measure = True  # nvcc on the host CPUs while the GPU times
 
     def __init__(
         self, config: EngineConfig, *, nvcc: str | None = None, harness_python: str | None = None
