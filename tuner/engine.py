@@ -149,12 +149,11 @@ class BatchRunner:
 
 
 def _optimistic_us(result: BenchResult) -> float | None:
-    """The median, scaled by the CPU share of a suspect run: the fastest it might really be."""
+    """The fastest a suspect run might really be: its p20, the least disturbed fifth of its
+    samples (interference only adds time); a clean run's median."""
     if result.timing is None:
         return None
-    share = result.provenance.get("cpu_share") if result.suspect else None
-    scale = share if isinstance(share, float) and 0 < share < 1 else 1.0
-    return result.timing.median_us * scale
+    return result.timing.p20_us if result.suspect else result.timing.median_us
 
 
 def _merge(old: BenchResult, new: BenchResult, tries: int) -> BenchResult:
@@ -187,7 +186,8 @@ def settle_suspects(
     for attempt in range(1, config.remeasure_tries + 1):
         contenders = winner.needs_remeasure(
             results,
-            median=_optimistic_us,
+            median=lambda r: r.timing.median_us if r.timing else None,
+            bound=_optimistic_us,
             ok=lambda r: r.timing is not None and r.outcome in (Outcome.OK, Outcome.ABORTED_SLOW),
             suspect=lambda r: r.suspect,
             tie_band=config.tie_band,

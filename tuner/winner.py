@@ -57,16 +57,22 @@ def needs_remeasure(
     ok: Callable[[T], bool],
     suspect: Callable[[T], bool],
     tie_band: float = TIE_BAND,
+    bound: Callable[[T], float | None] | None = None,
 ) -> list[T]:
-    """The suspect verified items that could win or tie against the best clean median.
-
-    With no clean measurement at all every suspect one contends."""
+    """The suspect verified items that could win or tie: those whose ``bound`` (the fastest
+    they might really be; their median by default) is within the tie band of the best clean
+    median, or of the best median of all when none is clean."""
     verified = [(m, item) for item in items if ok(item) and (m := median(item)) is not None]
+    if not verified:
+        return []
     clean = [m for m, item in verified if not suspect(item)]
-    if not clean:
-        return [item for _, item in verified if suspect(item)]
-    best_clean = min(clean)
-    return [item for m, item in verified if suspect(item) and tied_with(best_clean, m, tie_band)]
+    reference = min(clean) if clean else min(m for m, _ in verified)
+    fastest = bound or median
+    return [
+        item
+        for m, item in verified
+        if suspect(item) and tied_with(reference, fastest(item) or m, tie_band)
+    ]
 
 
 def replaces_incumbent(

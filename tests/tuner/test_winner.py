@@ -65,8 +65,18 @@ def test_suspects_that_could_win_or_tie_need_a_remeasure() -> None:
         ]
 
     assert contenders(rows) == ["faster", "tied"]
-    # with nothing clean, every verified suspect contends
-    assert contenders([Row("x", 3.0, suspect=True), Row("y", 30.0, suspect=True)]) == ["x", "y"]
+    # with nothing clean, the suspects that tie the fastest of them contend
+    nothing_clean = [Row("x", 3.0, suspect=True), Row("y", 30.0, suspect=True)]
+    assert contenders(nothing_clean) == ["x"]
+    # a bound (the fastest a disturbed run might be) widens who contends
+    widened = needs_remeasure(
+        rows,
+        median=lambda r: r.median,
+        ok=lambda r: r.ok,
+        suspect=lambda r: r.suspect,
+        bound=lambda r: r.median / 2 if r.median else None,
+    )
+    assert [r.name for r in widened] == ["faster", "tied", "slower"]
 
 
 def test_an_incumbent_is_replaced_only_outside_the_band() -> None:
