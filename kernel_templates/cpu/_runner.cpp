@@ -1,29 +1,39 @@
-// tunehub CPU runner: compiled once per compiler and flags, it times one variant per process.
+// tunehub CPU runner: compiled once per compiler and flags; it times variants, each in a
+// process of its own.
 //
-// COMMAND LINE (built by tuner/backends/cpu.py):
-//   <runner> --library batch.so --symbol thv_<id> --dims d0 d1 ... --inputs in0.bin [...]
-//            --output out.bin --warmup-seconds W --bench-seconds S --min-reps N --max-reps N
-//            --target-ci R [--abort-us X]
-// It loads the variant's exports (thv_<id>_spec, _buffer_bytes, _kernel, _prepare; see
-// _harness.h) from the shared object its batch was compiled into. Inputs are raw arrays in
-// storage dtype (numpy tofile). The output is poisoned with 0xFF bytes (NaN), the kernel runs
-// once and out.bin is written (Python verifies it). Warm-up: at least 3 calls and
-// min(W, 10 ms). Timing (std::chrono::steady_clock) repeats until the 95% confidence interval
-// of the median is within R of it (order statistics, the rule of tuner/stats.py), never
-// fewer than N reps, at most S seconds or max reps. Buffers rotate over copies of the
-// input+output set so that their total exceeds 64 MB when one set is smaller (at most 16).
-// Kernels faster than ~20 us are timed in batches of back-to-back calls; every sample is the
-// per-call time of its batch. The process CPU time over the timed loop is reported beside its
-// wall time: a ratio well below 1 means another process took the core (interference), which
-// tunehub's own work cannot trip since nothing else of it runs while the CPU backend times.
-// It prints one JSON line on stdout:
+// COMMAND LINE (started by tuner/backends/cpu.py, one runner per problem):
+//   <runner> --dims d0 d1 ... --inputs in0.bin [...] --warmup-seconds W --bench-seconds S
+//            --min-reps N --max-reps N --target-ci R --run-timeout T
+// It reads the inputs (raw arrays in storage dtype, numpy tofile) once, and makes rotation
+// copies of them so that the copies exceed 64 MB when one set is smaller (at most 16). Then
+// it serves requests, one a line on stdin, fields separated by tabs:
+//   <library.so> \t <symbol prefix> \t <output path> \t <abort us, or 0>
+// For each it forks a child, which inherits the inputs (shared pages, only read), loads the
+// variant's exports (thv_<id>_spec, _buffer_bytes, _kernel, _prepare; see _harness.h) from
+// the shared object its batch was compiled into, poisons its outputs with 0xFF bytes (NaN),
+// runs the kernel once, writes <output> (Python verifies it), warms up (at least 3 calls and
+// min(W, 10 ms)) and times: it repeats until the 95% confidence interval of the median is
+// within R of it (order statistics, the rule of tuner/stats.py), never fewer than N reps, at
+// most S seconds or max reps. Kernels faster than ~20 us are timed in batches of
+// back-to-back calls; every sample is the per-call time of its batch. The child's CPU time
+// over the timed loop is reported beside its wall time: a share well below 1 means another
+// process took the core (interference); tunehub's own work cannot trip it, since the CPU
+// backend compiles nothing while it times. The child writes <output>.json:
 //   {"samples_us": [...], "aborted": false, "calls_per_sample": C, "copies": K,
 //    "cpu_seconds": c, "wall_seconds": w, "median_ci_rel": r}
-// With --abort-us X it stops after min reps once the running median exceeds X (aborted=true).
-// Exit codes: 0 ok, 2 bad command line, 3 unreadable/mis-sized input or unwritable output,
-// 4 dims rejected by the kernel, 5 library or symbol not found.
+// and its stderr to <output>.err. With an abort threshold X > 0 it stops after min reps once
+// the running median exceeds X (aborted=true). A crash or a hang (killed after T seconds)
+// ends only the child. The runner answers every request with one line on stdout:
+//   {"exit": code} | {"signal": number} | {"timeout": true}
+// Child exit codes: 0 ok, 2 bad request, 3 mis-sized input or unwritable output, 4 dims
+// rejected by the kernel, 5 library or symbol not found. The runner exits on end of input.
 #include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -48,11 +58,15 @@ constexpr int kMinWarmupCalls = 3;
 constexpr double kCiZ = 1.96;  // 95%
 
 struct Options {
-  std::string library, symbol, output;
   std::vector<int64_t> dims;
   std::vector<std::string> inputs;
-  double warmup_s = 0.05, bench_s = 0.2, abort_us = -1.0, target_ci = 0.01;
+  double warmup_s = 0.05, bench_s = 0.2, target_ci = 0.01, run_timeout_s = 60.0;
   long min_reps = 10, max_reps = 10000;
+};
+
+struct Request {
+  std::string library, symbol, output;
+  double abort_us = -1.0;
 };
 
 struct Exports {
@@ -64,7 +78,8 @@ struct Exports {
 
 [[noreturn]] void fail(int code, const std::string& message) {
   std::fprintf(stderr, "runner: %s\n", message.c_str());
-  std::exit(code);
+  std::fflush(stderr);
+  _exit(code);
 }
 
 Options parse(int argc, char** argv) {
@@ -77,16 +92,10 @@ Options parse(int argc, char** argv) {
       return argv[++i];
     };
     try {
-      if (flag == "--library") {
-        o.library = value();
-      } else if (flag == "--symbol") {
-        o.symbol = value();
-      } else if (flag == "--dims") {
+      if (flag == "--dims") {
         while (i + 1 < argc && !is_flag(argv[i + 1])) o.dims.push_back(std::stoll(argv[++i]));
       } else if (flag == "--inputs") {
         while (i + 1 < argc && !is_flag(argv[i + 1])) o.inputs.emplace_back(argv[++i]);
-      } else if (flag == "--output") {
-        o.output = value();
       } else if (flag == "--warmup-seconds") {
         o.warmup_s = std::stod(value());
       } else if (flag == "--bench-seconds") {
@@ -97,8 +106,8 @@ Options parse(int argc, char** argv) {
         o.max_reps = std::stol(value());
       } else if (flag == "--target-ci") {
         o.target_ci = std::stod(value());
-      } else if (flag == "--abort-us") {
-        o.abort_us = std::stod(value());
+      } else if (flag == "--run-timeout") {
+        o.run_timeout_s = std::stod(value());
       } else {
         fail(2, "unknown argument " + flag);
       }
@@ -106,14 +115,12 @@ Options parse(int argc, char** argv) {
       fail(2, "bad value for " + flag);
     }
   }
-  if (o.output.empty() || o.library.empty() || o.symbol.empty())
-    fail(2, "--library, --symbol and --output are required");
   o.min_reps = std::max(1L, o.min_reps);
   o.max_reps = std::max(o.min_reps, o.max_reps);
   return o;
 }
 
-Exports load(const Options& o) {
+Exports load(const Request& o) {
   void* handle = dlopen(o.library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) fail(5, std::string("cannot load ") + o.library + ": " + dlerror());
   auto sym = [&](const char* suffix) {
@@ -175,15 +182,49 @@ MedianCi median_ci(std::vector<double> v) {
   return {median, median > 0 ? (v[hi] - v[lo]) / (2.0 * median) : 0.0};
 }
 
-struct BufferSet {
-  std::vector<const void*> inputs;
-  void* output;
+struct Inputs {
+  std::vector<size_t> bytes;                   // per input, the size of its file
+  std::vector<std::vector<const void*>> sets;  // [copy][input]
 };
 
-int run(int argc, char** argv) {
+size_t file_size(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) fail(3, "cannot open " + path);
+  std::fseek(f, 0, SEEK_END);
+  long size = std::ftell(f);
+  std::fclose(f);
+  if (size < 0) fail(3, "cannot size " + path);
+  return static_cast<size_t>(size);
+}
+
+Inputs load_inputs(const Options& o) {
+  Inputs in;
+  size_t set_bytes = 0;
+  for (const auto& path : o.inputs) {
+    in.bytes.push_back(file_size(path));
+    set_bytes += in.bytes.back();
+  }
+  int copies = 1;
+  if (set_bytes < kRotateBytes)
+    copies = static_cast<int>(
+        std::min<size_t>(kMaxCopies, kRotateBytes / std::max<size_t>(set_bytes, 1) + 1));
+  in.sets.resize(copies);
+  for (int c = 0; c < copies; ++c) {
+    for (size_t i = 0; i < o.inputs.size(); ++i) {
+      void* buf = alloc_bytes(in.bytes[i]);
+      if (c == 0) read_file(o.inputs[i], buf, in.bytes[i]);
+      else std::memcpy(buf, in.sets[0][i], in.bytes[i]);
+      in.sets[c].push_back(buf);
+    }
+  }
+  return in;
+}
+
+// one variant, in the forked child: never returns
+[[noreturn]] void child(const Options& o, const Inputs& in, const Request& rq) {
   using clock = std::chrono::steady_clock;
-  Options o = parse(argc, argv);
-  Exports ex = load(o);
+  if (std::freopen((rq.output + ".err").c_str(), "w", stderr) == nullptr) _exit(3);
+  Exports ex = load(rq);
   th::KernelSpec spec = ex.spec();
   if (static_cast<int>(o.dims.size()) != spec.num_dims)
     fail(2, "expected " + std::to_string(spec.num_dims) + " dims");
@@ -195,33 +236,24 @@ int run(int argc, char** argv) {
   std::vector<size_t> in_bytes(spec.num_inputs);
   size_t out_bytes = 0;
   if (const char* why = ex.buffer_bytes(dims, in_bytes.data(), &out_bytes)) fail(4, why);
-
-  size_t set_bytes = out_bytes;
-  for (size_t b : in_bytes) set_bytes += b;
-  int copies = 1;
-  if (set_bytes < kRotateBytes)
-    copies = static_cast<int>(
-        std::min<size_t>(kMaxCopies, kRotateBytes / std::max<size_t>(set_bytes, 1) + 1));
-
-  std::vector<BufferSet> sets(copies);
+  for (int i = 0; i < spec.num_inputs; ++i)
+    if (in_bytes[i] != in.bytes[i])
+      fail(3, o.inputs[i] + " does not hold the expected " + std::to_string(in_bytes[i]) +
+                  " bytes");
+  const int copies = static_cast<int>(in.sets.size());
+  std::vector<void*> outputs(copies);
   for (int c = 0; c < copies; ++c) {
-    for (int i = 0; i < spec.num_inputs; ++i) {
-      void* buf = alloc_bytes(in_bytes[i]);
-      if (c == 0) read_file(o.inputs[i], buf, in_bytes[i]);
-      else std::memcpy(buf, sets[0].inputs[i], in_bytes[i]);
-      sets[c].inputs.push_back(buf);
-    }
-    sets[c].output = alloc_bytes(out_bytes);
-    std::memset(sets[c].output, 0xFF, out_bytes);  // poison: NaN in every float format
+    outputs[c] = alloc_bytes(out_bytes);
+    std::memset(outputs[c], 0xFF, out_bytes);  // poison: NaN in every float format
   }
   if (th::PrepareFn prepare = ex.prepare()) prepare(dims);
 
   auto call = [&](int c) {
-    ex.kernel(dims, sets[c].inputs.data(), sets[c].output);
-    asm volatile("" : : "r"(sets[c].output) : "memory");  // the result is observed
+    ex.kernel(dims, in.sets[c].data(), outputs[c]);
+    asm volatile("" : : "r"(outputs[c]) : "memory");  // the result is observed
   };
   call(0);
-  write_file(o.output, sets[0].output, out_bytes);
+  write_file(rq.output, outputs[0], out_bytes);
 
   // warm-up, and calibrate how many back-to-back calls make one sample of >= kMinSampleUs
   const double warmup_s = std::min(o.warmup_s, kMaxWarmupS);
@@ -259,7 +291,7 @@ int run(int argc, char** argv) {
     if (reps < o.min_reps) continue;
     if (reps < 64 || reps % 16 == 0) {
       ci = median_ci(samples);
-      if (o.abort_us > 0 && ci.median > o.abort_us) {
+      if (rq.abort_us > 0 && ci.median > rq.abort_us) {
         aborted = true;
         break;
       }
@@ -272,7 +304,7 @@ int run(int argc, char** argv) {
   ci = median_ci(samples);
 
   std::string json = "{\"samples_us\": [";
-  char num[64];
+  char num[96];
   for (size_t i = 0; i < samples.size(); ++i) {
     std::snprintf(num, sizeof num, i ? ", %.6g" : "%.6g", samples[i]);
     json += num;
@@ -280,19 +312,84 @@ int run(int argc, char** argv) {
   json += std::string("], \"aborted\": ") + (aborted ? "true" : "false");
   json += ", \"calls_per_sample\": " + std::to_string(calls) + ", \"copies\": " +
           std::to_string(copies);
-  std::snprintf(num, sizeof num, ", \"cpu_seconds\": %.6g, \"wall_seconds\": %.6g", cpu_used,
-                wall);
+  std::snprintf(num, sizeof num,
+                ", \"cpu_seconds\": %.6g, \"wall_seconds\": %.6g, \"median_ci_rel\": %.6g}\n",
+                cpu_used, wall, ci.rel);
   json += num;
-  std::snprintf(num, sizeof num, ", \"median_ci_rel\": %.6g}", ci.rel);
-  json += num;
-  std::printf("%s\n", json.c_str());
-  for (auto& s : sets) {
-    for (const void* p : s.inputs) std::free(const_cast<void*>(p));
-    std::free(s.output);
+  FILE* f = std::fopen((rq.output + ".json").c_str(), "w");
+  if (f == nullptr || std::fputs(json.c_str(), f) < 0 || std::fclose(f) != 0)
+    fail(3, "cannot write " + rq.output + ".json");
+  std::fflush(stderr);
+  _exit(0);
+}
+
+bool parse_request(char* line, Request& rq) {
+  std::vector<std::string> fields;
+  std::string field;
+  for (char* p = line; *p != '\0' && *p != '\n'; ++p) {
+    if (*p == '\t') {
+      fields.push_back(field);
+      field.clear();
+    } else {
+      field += *p;
+    }
+  }
+  fields.push_back(field);
+  if (fields.size() != 4) return false;
+  rq.library = fields[0];
+  rq.symbol = fields[1];
+  rq.output = fields[2];
+  try {
+    rq.abort_us = std::stod(fields[3]);
+  } catch (const std::logic_error&) {
+    return false;
+  }
+  return !rq.library.empty() && !rq.symbol.empty() && !rq.output.empty();
+}
+
+void on_alarm(int) {}  // only interrupts waitpid
+
+int serve(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  Inputs in = load_inputs(o);
+  struct sigaction action {};
+  action.sa_handler = on_alarm;  // no SA_RESTART: waitpid returns EINTR at the deadline
+  sigaction(SIGALRM, &action, nullptr);
+  std::vector<char> line(1 << 16);
+  while (std::fgets(line.data(), static_cast<int>(line.size()), stdin) != nullptr) {
+    Request rq;
+    if (!parse_request(line.data(), rq)) {
+      std::printf("{\"exit\": 2}\n");
+      std::fflush(stdout);
+      continue;
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) child(o, in, rq);
+    if (pid < 0) fail(6, "fork failed");
+    itimerval timer{};
+    timer.it_value.tv_sec = static_cast<time_t>(o.run_timeout_s);
+    timer.it_value.tv_usec =
+        static_cast<suseconds_t>((o.run_timeout_s - double(timer.it_value.tv_sec)) * 1e6);
+    setitimer(ITIMER_REAL, &timer, nullptr);
+    int status = 0;
+    bool timed_out = false;
+    while (waitpid(pid, &status, 0) < 0) {
+      if (errno != EINTR) fail(6, "waitpid failed");
+      timed_out = true;
+      kill(pid, SIGKILL);
+    }
+    itimerval off{};
+    setitimer(ITIMER_REAL, &off, nullptr);
+    if (timed_out) std::printf("{\"timeout\": true}\n");
+    else if (WIFSIGNALED(status)) std::printf("{\"signal\": %d}\n", WTERMSIG(status));
+    else std::printf("{\"exit\": %d}\n", WEXITSTATUS(status));
+    std::fflush(stdout);
   }
   return 0;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) { return run(argc, argv); }
+int main(int argc, char** argv) { return serve(argc, argv); }

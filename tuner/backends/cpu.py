@@ -3,10 +3,11 @@
 Variants include ``kernel_templates/cpu/_harness.h`` (the template contract); ``build``
 compiles many of them per compiler invocation (:mod:`tuner.backends.cpu_batch`,
 :func:`tuner.compile.build_batched`) and the runner ``_runner.cpp`` once (its top documents the
-command line). ``run`` writes random inputs to a private folder once per problem, runs the
-runner on one variant's symbols in its own process with a timeout (never through a shell),
-so a crash stays that variant's, verifies the output it wrote against :mod:`tuner.reference`
-and only then turns its samples into a timing. Nothing else of tunehub runs while it times
+protocol). ``run`` writes random inputs to a private folder once per problem, where one
+runner process (:mod:`tuner.backends.cpu_runner`) loads them once and forks a child per
+variant with a timeout, so a crash or a hang stays that variant's; it then verifies the
+output the child wrote against :mod:`tuner.reference` and only then turns its samples into
+a timing. Nothing else of tunehub runs while it times
 (compiles finish before the batch is measured), and the runner reports its CPU time against
 its wall time: a low share means another process took the core, and the result is suspect.
 """
@@ -37,6 +38,7 @@ from tuner import stats
 from tuner.backends import cpu_host
 from tuner.backends.base import Backend
 from tuner.backends.cpu_batch import RUNNER_SOURCE, batch_source, runner_key, symbol_prefix
+from tuner.backends.cpu_runner import RunnerServer
 from tuner.compile import CompileCache, build_batched
 from tuner.errors import ToolchainError
 from tuner.problems import Problem, ReduceProblem
@@ -74,10 +76,12 @@ def harness_dims(problem: Problem) -> list[int]:
     return dims
 
 
-@dataclass(frozen=True)
+@dataclass
 class _ProblemData:
     paths: tuple[str, ...]
     expected: np.ndarray
+    #: the runner serving this problem (inputs loaded once), started on first use
+    server: RunnerServer | None = None
 
 
 def _signal_name(returncode: int) -> str:
@@ -87,15 +91,19 @@ def _signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
-def _last_json_line(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith("{"):
-            try:
-                answer = json.loads(line)
-            except json.JSONDecodeError:
-                return None
-            return answer if isinstance(answer, dict) else None
-    return None
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _json_file(path: Path) -> dict[str, Any] | None:
+    try:
+        answer = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return answer if isinstance(answer, dict) else None
 
 
 class CpuBackend(Backend):
@@ -279,31 +287,33 @@ class CpuBackend(Backend):
         self._problems[key] = data
         while len(self._problems) > _KEPT_PROBLEMS:
             _, old = self._problems.popitem(last=False)
-            shutil.rmtree(Path(old.paths[0]).parent, ignore_errors=True)
+            self._drop(old)
         return data
 
-    def _argv(
-        self,
-        variant_id: str,
-        artifact: str,
-        request: TuneRequest,
-        data: _ProblemData,
-        output: Path,
-        abort_above_us: float | None,
-    ) -> list[str]:
+    @staticmethod
+    def _drop(data: _ProblemData) -> None:
+        if data.server is not None:
+            data.server.close()
+            data.server = None
+        shutil.rmtree(Path(data.paths[0]).parent, ignore_errors=True)
+
+    def _server(self, request: TuneRequest, data: _ProblemData) -> RunnerServer:
+        if data.server is not None and data.server.alive:
+            return data.server
+        if data.server is not None:
+            data.server.close()
+        folder = Path(data.paths[0]).parent
+        data.server = RunnerServer(self._argv(request, data), folder / "runner.err")
+        return data.server
+
+    def _argv(self, request: TuneRequest, data: _ProblemData) -> list[str]:
         cfg = self.config
-        argv = [
+        return [
             self.runner(),
-            "--library",
-            artifact,
-            "--symbol",
-            symbol_prefix(variant_id),
             "--dims",
             *map(str, harness_dims(request.problem)),
             "--inputs",
             *data.paths,
-            "--output",
-            str(output),
             "--warmup-seconds",
             repr(cfg.warmup_seconds),
             "--bench-seconds",
@@ -314,10 +324,9 @@ class CpuBackend(Backend):
             str(cfg.max_reps),
             "--target-ci",
             repr(cfg.target_ci),
+            "--run-timeout",
+            repr(cfg.run_timeout_s),
         ]
-        if abort_above_us is not None and abort_above_us > 0:
-            argv += ["--abort-us", repr(float(abort_above_us))]
-        return argv
 
     def run(
         self,
@@ -330,49 +339,53 @@ class CpuBackend(Backend):
         data = self._problem_data(request)
         self._runs += 1
         output = self._workdir / f"out-{self._runs}.bin"
+        side = [
+            output,
+            output.with_name(output.name + ".json"),
+            output.with_name(output.name + ".err"),
+        ]
         before = cpu_host.host_snapshot()
+        abort = float(abort_above_us) if abort_above_us and abort_above_us > 0 else 0.0
         try:
-            proc = subprocess.run(
-                self._argv(variant.id, artifact, request, data, output, abort_above_us),
-                capture_output=True,
-                text=True,
-                check=False,
-                timeout=self.config.run_timeout_s,
+            server = self._server(request, data)
+            reply = server.ask(
+                artifact, symbol_prefix(variant.id), output, abort, self.config.run_timeout_s + 10
             )
-        except subprocess.TimeoutExpired:
-            output.unlink(missing_ok=True)
+            if reply is None:  # the runner itself is gone or stuck: start a new one next time
+                why = server.failure()
+                server.close()
+                data.server = None
+                return replace(base, log=f"the runner stopped answering\n{why}".strip())
+            base = replace(base, provenance=self._provenance(before, cpu_host.host_snapshot()))
+            return self._result(base, reply, request, data, side)
+        finally:
+            for path in side:
+                path.unlink(missing_ok=True)
+
+    def _result(
+        self,
+        base: BenchResult,
+        reply: dict[str, Any],
+        request: TuneRequest,
+        data: _ProblemData,
+        side: list[Path],
+    ) -> BenchResult:
+        output, answer_path, err_path = side
+        stderr = _read_text(err_path)[-_LOG_EXCERPT:]
+        if reply.get("timeout"):
             return replace(
                 base,
                 outcome=Outcome.TIMEOUT,
                 log=f"run exceeded {self.config.run_timeout_s:g} s and was killed",
             )
-        except OSError as exc:
-            return replace(base, log=f"cannot start {artifact}: {exc}")
-        base = replace(base, provenance=self._provenance(before, cpu_host.host_snapshot()))
-        try:
-            return self._result(base, proc, request, data, output)
-        finally:
-            output.unlink(missing_ok=True)
-
-    def _result(
-        self,
-        base: BenchResult,
-        proc: subprocess.CompletedProcess[str],
-        request: TuneRequest,
-        data: _ProblemData,
-        output: Path,
-    ) -> BenchResult:
-        stderr = proc.stderr[-_LOG_EXCERPT:]
-        if proc.returncode != 0:
-            why = (
-                f"killed by {_signal_name(proc.returncode)}"
-                if proc.returncode < 0
-                else f"exit status {proc.returncode}"
-            )
-            return replace(base, log=f"harness {why}\n{stderr}".strip())
-        answer = _last_json_line(proc.stdout)
+        if "signal" in reply:
+            why = f"killed by {_signal_name(-int(reply['signal']))}"
+            return replace(base, log=f"runner child {why}\n{stderr}".strip())
+        if reply.get("exit") != 0:
+            return replace(base, log=f"runner child exit status {reply.get('exit')}\n{stderr}")
+        answer = _json_file(answer_path)
         if answer is None or not output.exists():
-            return replace(base, log=f"harness gave no result\n{proc.stdout[-500:]}{stderr}")
+            return replace(base, log=f"runner child gave no result\n{stderr}".strip())
         got = np.fromfile(output, dtype=STORAGE[request.dtype])
         if got.size != data.expected.size:
             return replace(
@@ -429,5 +442,7 @@ class CpuBackend(Backend):
         }
 
     def close(self) -> None:
+        for data in self._problems.values():
+            self._drop(data)
         self._problems.clear()
         shutil.rmtree(self._workdir, ignore_errors=True)
