@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 #: a non-adaptive strategy is asked this many candidates at once (one compile batch each)
 LARGE_BATCH = 64
 #: pause before the n-th re-measurement of suspect contenders, times n (interference passes)
-REMEASURE_PAUSE_S = 0.25
+REMEASURE_PAUSE_S = 0.05
 
 
 class TuneObserver(Protocol):
