@@ -4,8 +4,9 @@
 
 Two parts: a :class:`BatchRunner` builds, verifies and times the candidates of one batch (and
 re-measures one), and :func:`tune` is the loop that asks the strategy for batches, enforces
-the budgets (``max_variants``, ``max_seconds``), settles suspect contenders and picks the
-winner with :mod:`tuner.winner`. A variant's failure is a :class:`BenchResult` with a failing
+the budgets (``max_variants``, ``max_seconds``), settles suspect contenders, times the
+near-ties again side by side (:func:`confirm_contenders`) and picks the winner with
+:mod:`tuner.winner`. A variant's failure is a :class:`BenchResult` with a failing
 outcome; only exceptions from :mod:`tuner.errors` (or a bug) leave this module.
 
 Compiling and measuring overlap only where they do not share the measured resource: a
@@ -201,6 +202,62 @@ def settle_suspects(
     return results
 
 
+def confirm_contenders(
+    results: list[BenchResult],
+    remeasure: Callable[[BenchResult], BenchResult],
+    config: EngineConfig,
+) -> list[BenchResult]:
+    """Time the near-fastest verified results again, interleaved (A B C, B C A, C A B), and
+    keep for each the round whose median is the median of its rounds.
+
+    A machine whose speed drifts (other tenants, memory bandwidth shared with other cores)
+    makes medians taken seconds apart disagree by more than the tie band; timed side by side,
+    true ties fall inside the band and the name breaks them, so re-tuning does not flip."""
+    verified = [r for r in results if r.ok and r.timing is not None]
+    if config.confirm_rounds < 1 or len(verified) < 2:
+        return results
+    best = min(r.timing.median_us for r in verified if r.timing)
+    near = sorted(
+        (
+            r
+            for r in verified
+            if r.timing and r.timing.median_us <= best * (1 + config.confirm_band)
+        ),
+        key=lambda r: r.timing.median_us if r.timing else 0.0,
+    )[: config.confirm_max]
+    if len(near) < 2:
+        return results
+    log.info("confirming %d near-ties in %d interleaved rounds", len(near), config.confirm_rounds)
+    rounds: dict[str, list[BenchResult]] = {r.variant_id: [] for r in near}
+    for index in range(config.confirm_rounds):
+        shift = index % len(near)
+        for old in near[shift:] + near[:shift]:
+            rounds[old.variant_id].append(remeasure(old))
+    position = {r.variant_id: i for i, r in enumerate(results)}
+    results = list(results)
+    for old in near:
+        timed = [r for r in rounds[old.variant_id] if r.ok and r.timing is not None]
+        if len(timed) < len(rounds[old.variant_id]):  # failed when timed again: say so
+            failed = next(r for r in rounds[old.variant_id] if not r.ok)
+            results[position[old.variant_id]] = replace(
+                failed, provenance={**failed.provenance, "confirm_failed_after_ok": True}
+            )
+            continue
+        timed.sort(key=lambda r: r.timing.median_us if r.timing else 0.0)
+        middle = timed[(len(timed) - 1) // 2]
+        note = {
+            "confirm_medians_us": [r.timing.median_us for r in rounds[old.variant_id] if r.timing],
+            "first_pass_median_us": old.timing.median_us if old.timing else None,
+        }
+        results[position[old.variant_id]] = replace(
+            middle,
+            compile_seconds=old.compile_seconds,
+            provenance={**old.provenance, **middle.provenance, **note},
+            suspect=middle.suspect,
+        )
+    return results
+
+
 def tune(
     request: TuneRequest,
     backend: Backend,
@@ -242,6 +299,8 @@ def tune(
     )
 
     runner = BatchRunner(backend, space, request, device)
+    # what "clearly slower than the best so far" means to this backend's early stop
+    slower = 1.0 + config.tie_band if backend.ci_early_stop else config.abort_slower_than
     results: list[BenchResult] = []
     best_us: float | None = None
     asked = 0
@@ -268,7 +327,7 @@ def tune(
             for index, variant in zip(batch, variants, strict=True):
                 if out_of_budget():
                     break
-                abort = best_us * config.abort_slower_than if best_us else None
+                abort = best_us * slower if best_us else None
                 result = runner.measure(variant, builds[variant.id], abort)
                 if (
                     result.ok
@@ -292,6 +351,8 @@ def tune(
 
     if not (should_stop and should_stop()):
         results = settle_suspects(results, runner.remeasure, config)
+    if not (should_stop and should_stop()):
+        results = confirm_contenders(results, runner.remeasure, config)
     return ProblemResult(
         request=request,
         device=device,

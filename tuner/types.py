@@ -80,9 +80,16 @@ class EngineConfig:
     min_cpu_share: float = 0.9
     #: re-measurements of a suspect contender before its best try is kept (still suspect)
     remeasure_tries: int = 3
+    #: confirmation: the verified results within ``confirm_band`` of the fastest (at most
+    #: ``confirm_max`` of them) are timed again in ``confirm_rounds`` interleaved rounds, so
+    #: that near-ties are decided side by side, not minutes apart on a drifting machine
+    confirm_rounds: int = 3
+    confirm_band: float = 0.05
+    confirm_max: int = 4
     #: relative band inside which two medians are a tie (broken by variant name)
     tie_band: float = 0.02
     #: stop timing a candidate early once its median is this many times the best so far
+    #: (backends whose early stop tests a confidence interval use the tie band instead)
     abort_slower_than: float = 3.0
     #: compile cache size bound in bytes (least recently used artifacts are evicted)
     cache_max_bytes: int = 2 << 30

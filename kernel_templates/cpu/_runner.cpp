@@ -21,8 +21,9 @@
 // backend compiles nothing while it times. The child writes <output>.json:
 //   {"samples_us": [...], "aborted": false, "calls_per_sample": C, "copies": K,
 //    "cpu_seconds": c, "wall_seconds": w, "median_ci_rel": r}
-// and its stderr to <output>.err. With an abort threshold X > 0 it stops after min reps once
-// the running median exceeds X (aborted=true). A crash or a hang (killed after T seconds)
+// and its stderr to <output>.err. With an abort threshold X > 0 (the engine passes the best
+// median so far plus the tie band) it stops after min reps once the whole confidence interval
+// of the median lies above X: clearly slower than the best (aborted=true). A crash or a hang (killed after T seconds)
 // ends only the child. The runner answers every request with one line on stdout:
 //   {"exit": code} | {"signal": number} | {"timeout": true}
 // Child exit codes: 0 ok, 2 bad request, 3 mis-sized input or unwritable output, 4 dims
@@ -168,7 +169,7 @@ double cpu_seconds() {
 }
 
 struct MedianCi {
-  double median, rel;  // rel: half the CI width over the median
+  double median, rel, low;  // rel: half the CI width over the median; low: its lower end
 };
 
 // the 95% CI of the median from order statistics: ranks n/2 -+ 1.96 sqrt(n) / 2
@@ -179,7 +180,7 @@ MedianCi median_ci(std::vector<double> v) {
   const long lo = std::max(0L, static_cast<long>(std::floor(n / 2.0 - half)));
   const long hi = std::min(n - 1, static_cast<long>(std::ceil(n / 2.0 + half)));
   const double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  return {median, median > 0 ? (v[hi] - v[lo]) / (2.0 * median) : 0.0};
+  return {median, median > 0 ? (v[hi] - v[lo]) / (2.0 * median) : 0.0, v[lo]};
 }
 
 struct Inputs {
@@ -275,7 +276,7 @@ Inputs load_inputs(const Options& o) {
 
   std::vector<double> samples;
   bool aborted = false;
-  MedianCi ci{0.0, 0.0};
+  MedianCi ci{0.0, 0.0, 0.0};
   const double cpu_start = cpu_seconds();
   auto bench_start = clock::now();
   auto t1 = bench_start;
@@ -291,7 +292,7 @@ Inputs load_inputs(const Options& o) {
     if (reps < o.min_reps) continue;
     if (reps < 64 || reps % 16 == 0) {
       ci = median_ci(samples);
-      if (rq.abort_us > 0 && ci.median > rq.abort_us) {
+      if (rq.abort_us > 0 && ci.low > rq.abort_us) {
         aborted = true;
         break;
       }

@@ -136,3 +136,22 @@ def test_clean_or_clearly_slower_suspects_are_not_remeasured(tmp_path: Path) -> 
     backend = ScriptedBackend(_config(tmp_path), script)
     tune(REQUEST, backend, backend.config)
     assert all(count == 1 for count in script.calls.values())
+
+
+def test_near_ties_are_confirmed_side_by_side(tmp_path: Path) -> None:
+    first, second = sorted(_names(tmp_path)[:2])
+    # the machine drifted: `second` looked 4% faster in the first pass, but timed side by
+    # side the two are within the tie band, so the name decides, as in every re-tuning
+    script = Script(
+        {first: [(10.4, False), (10.0, False)], second: [(10.0, False), (10.05, False)]}
+    )
+    backend = ScriptedBackend(_config(tmp_path), script)
+    result = tune(REQUEST, backend, backend.config)
+    rounds = backend.config.confirm_rounds
+    assert script.calls[first] == 1 + rounds and script.calls[second] == 1 + rounds
+    assert result.winner is not None and result.winner.variant_name == first
+    assert result.winner.provenance["confirm_medians_us"] == [10.0] * rounds
+    assert result.winner.provenance["first_pass_median_us"] == 10.4
+    # without the confirmation the drift would have decided
+    plain = ScriptedBackend(quick_config(tmp_path, confirm_rounds=0), Script(dict(script.runs)))
+    assert tune(REQUEST, plain, plain.config).winner.variant_name == second  # type: ignore[union-attr]
