@@ -301,8 +301,11 @@ def render(report: Report) -> str:
         "ratios are taken within a round.",
         f"- Compiler: {report.compiler}; Kernel Tuner {report.kt_version} (C backend).",
         f"- Problem: reduce f32 row sum, {PROBLEM.key()} (the README's first job).",
-        "- tunehub engine config: defaults (timing until the median's 95% CI is within 1%, "
-        "at least 5 reps, at most 0.2 s; re-measure suspect contenders up to 3 times).",
+        "- tunehub engine config: defaults: timing until the median's 95% CI is within 1% "
+        "(at least 5 reps, at most 0.2 s), early stop once the whole CI lies above the best so "
+        "far plus the 2% tie band, suspect contenders (CPU share < 0.9) re-measured up to 3 "
+        "times, and the near-ties (within 5% of the fastest, at most 4) timed again in 3 "
+        "interleaved rounds before the one winner rule picks.",
         f"- Reproduce (repository root, `pip install kernel_tuner` first): `{COMMAND}`",
         "",
         f"## (a) {BUDGET} variants: cold and warm, alternating with Kernel Tuner",
