@@ -207,22 +207,20 @@ def confirm_contenders(
     remeasure: Callable[[BenchResult], BenchResult],
     config: EngineConfig,
 ) -> list[BenchResult]:
-    """Time the near-fastest verified results again, interleaved (A B C, B C A, C A B), and
-    keep for each the round whose median is the median of its rounds.
+    """Time the near-fastest results again, interleaved (A B C, B C A, C A B), and keep for
+    each the round whose median is the median of its rounds.
 
     A machine whose speed drifts (other tenants, memory bandwidth shared with other cores)
     makes medians taken seconds apart disagree by more than the tie band; timed side by side,
     true ties fall inside the band and the name breaks them, so re-tuning does not flip."""
     verified = [r for r in results if r.ok and r.timing is not None]
-    if config.confirm_rounds < 1 or len(verified) < 2:
+    if config.confirm_rounds < 1 or not verified:
         return results
     best = min(r.timing.median_us for r in verified if r.timing)
+    # an early stop judged against the best of one moment: its partial median may be drift
+    timed = [r for r in results if r.timing and r.outcome in (Outcome.OK, Outcome.ABORTED_SLOW)]
     near = sorted(
-        (
-            r
-            for r in verified
-            if r.timing and r.timing.median_us <= best * (1 + config.confirm_band)
-        ),
+        (r for r in timed if r.timing and r.timing.median_us <= best * (1 + config.confirm_band)),
         key=lambda r: r.timing.median_us if r.timing else 0.0,
     )[: config.confirm_max]
     if len(near) < 2:
@@ -349,9 +347,11 @@ def tune(
         if pool is not None:
             pool.shutdown(wait=True)
 
-    if not (should_stop and should_stop()):
+    # both re-time finished candidates: a spent budget or a cancel skips them (then a suspect
+    # contender stays flagged in its provenance)
+    if not out_of_budget():
         results = settle_suspects(results, runner.remeasure, config)
-    if not (should_stop and should_stop()):
+    if not out_of_budget():
         results = confirm_contenders(results, runner.remeasure, config)
     return ProblemResult(
         request=request,

@@ -37,6 +37,7 @@ class ScriptedBackend(Backend):
     """Real space and engine; builds and runs replaced by a script of medians."""
 
     name = "cpu"
+    ci_early_stop = True
 
     def __init__(self, config: EngineConfig, script: Script, default_us: float = 50.0) -> None:
         super().__init__(config)
@@ -70,11 +71,12 @@ class ScriptedBackend(Backend):
         runs = self.script.runs.get(variant.name, [(self.default_us, False)])
         median, suspect = runs[min(n, len(runs) - 1)]
         share = 0.5 if suspect else 1.0
+        slower = abort_above_us is not None and median > abort_above_us
         return BenchResult(
             variant.id,
             variant.name,
             variant.params,
-            Outcome.OK,
+            Outcome.ABORTED_SLOW if slower else Outcome.OK,
             Timing(median, median * share, median, median * share, 20),
             provenance={"cpu_share": share},
             suspect=suspect,
@@ -155,3 +157,16 @@ def test_near_ties_are_confirmed_side_by_side(tmp_path: Path) -> None:
     # without the confirmation the drift would have decided
     plain = ScriptedBackend(quick_config(tmp_path, confirm_rounds=0), Script(dict(script.runs)))
     assert tune(REQUEST, plain, plain.config).winner.variant_name == second  # type: ignore[union-attr]
+
+
+def test_a_candidate_stopped_early_by_drift_is_confirmed_too(tmp_path: Path) -> None:
+    early, late = _names(tmp_path)[:2]
+    # `late` is timed while the machine is slower: 6% above the best, stopped early; side by
+    # side it ties with `early`, so it is verified again and the name decides
+    script = Script({early: [(10.0, False)], late: [(10.6, False), (10.05, False)]})
+    backend = ScriptedBackend(_config(tmp_path), script)
+    result = tune(REQUEST, backend, backend.config)
+    again = next(r for r in result.results if r.variant_name == late)
+    assert again.outcome is Outcome.OK and again.timing is not None
+    assert again.timing.median_us == 10.05
+    assert result.winner is not None and result.winner.variant_name == min(early, late)
