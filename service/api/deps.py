@@ -21,6 +21,8 @@ __all__ = [
     "SettingsDep",
     "require_scope",
     "require_read",
+    "check_read",
+    "read_credentials",
 ]
 
 _bearer = HTTPBearer(auto_error=False, description="an API token: `Bearer th_...`")
@@ -77,7 +79,7 @@ def require_scope(scope: str) -> Callable[..., ApiToken]:
     return dependency
 
 
-def _sent_credentials(request: Request) -> HTTPAuthorizationCredentials | None:
+def read_credentials(request: Request) -> HTTPAuthorizationCredentials | None:
     # read by hand, not through the HTTPBearer scheme: reads are open by design, so their
     # OpenAPI operations must not declare security (service.api.openapi adds it back when
     # read_token_required is set)
@@ -87,9 +89,15 @@ def _sent_credentials(request: Request) -> HTTPAuthorizationCredentials | None:
     return HTTPAuthorizationCredentials(scheme=scheme, credentials=token)
 
 
-def require_read(request: Request, session: SessionDep, settings: SettingsDep) -> ApiToken | None:
+def check_read(
+    session: Session, settings: Settings, credentials: HTTPAuthorizationCredentials | None
+) -> ApiToken | None:
     """Reads are open unless ``read_token_required``; a token sent anyway must be valid."""
-    credentials = _sent_credentials(request)
     if not settings.read_token_required and credentials is None:
         return None
     return _check(session, credentials, "read")
+
+
+def require_read(request: Request, session: SessionDep, settings: SettingsDep) -> ApiToken | None:
+    """The dependency form of :func:`check_read`."""
+    return check_read(session, settings, read_credentials(request))

@@ -91,6 +91,8 @@ class ProblemStatus(ResponseModel):
     problem: dict[str, Any]
     status: str
     winner: WinnerSummary | None = None
+    #: the stored best config this task's winner did not replace: it was within the tie band
+    kept_incumbent: WinnerSummary | None = None
     error: str | None = None
 
 

@@ -31,6 +31,14 @@ __all__ = ["Backend"]
 
 class Backend(ABC):
     name: str
+    #: True when compiling does not disturb what ``run`` measures (a GPU timed while the
+    #: host's CPUs compile): the engine then builds the next batch while timing this one
+    compile_overlaps_measure: bool = False
+    #: True when ``run`` stops early only once the confidence interval of its median lies
+    #: wholly above ``abort_above_us``: the engine then passes the best median so far times
+    #: (1 + tie band), "clearly slower than the best"; otherwise it passes the best times
+    #: ``EngineConfig.abort_slower_than`` and the backend compares its running median
+    ci_early_stop: bool = False
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config

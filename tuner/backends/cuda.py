@@ -96,6 +96,7 @@ def _failed(variants: Sequence[Variant], reason: str) -> dict[str, CompileResult
 
 class CudaBackend(Backend):
     name = "cuda"
+    compile_overlaps_measure = True  # nvcc on the host CPUs while the GPU times
 
     def __init__(
         self, config: EngineConfig, *, nvcc: str | None = None, harness_python: str | None = None

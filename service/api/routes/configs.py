@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
@@ -31,16 +31,15 @@ __all__ = ["router", "read_access", "conditional", "etag_of", "CACHE_CONTROL"]
 router = APIRouter(tags=["configs"])
 
 _KNOWN_QUERY = {"op", "dtype", "layout", "device", "backend", "toolchain"}
-MAX_IMPORT_BYTES = 64 * 1024 * 1024
 #: answers may be kept but must be revalidated (a 304 costs the client nothing to read)
 CACHE_CONTROL = "no-cache"
-_Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(deps._bearer)]
 
 
-async def read_access(request: Request, credentials: _Credentials) -> None:
+async def read_access(request: Request) -> None:
     """``require_read`` without a thread hop or a session when no token is needed or sent
     (the common case of a build machine on an open service)."""
     settings: Settings = request.app.state.settings
+    credentials = deps.read_credentials(request)
     if settings.read_token_required or credentials is not None:
         await run_in_threadpool(_check_read, request.app.state.sessionmaker, settings, credentials)
 
@@ -51,7 +50,7 @@ def _check_read(
     credentials: HTTPAuthorizationCredentials | None,
 ) -> None:
     with maker() as session:
-        require_read(session, settings, credentials)
+        deps.check_read(session, settings, credentials)
 
 
 def etag_of(body: bytes) -> str:
@@ -184,9 +183,7 @@ def export_configs(session: SessionDep) -> StreamingResponse:
 async def import_configs(request: Request) -> dict[str, Any]:
     """Merge JSON lines from ``/v1/export``: per key the faster verified median wins, and the
     stored row stays unless the imported one is more than 2% faster. All or nothing."""
-    raw = await request.body()
-    if len(raw) > MAX_IMPORT_BYTES:
-        raise InvalidInput(["body"], f"larger than {MAX_IMPORT_BYTES} bytes")
+    raw = await request.body()  # its size is capped by BodyLimitMiddleware (413)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
