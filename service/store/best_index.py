@@ -10,9 +10,10 @@ Per (op, dtype, layout, device, toolchain) a group holds the log2 of every store
 int dims as a numpy matrix, split by the problem's non-log fields (reduce ``kind``, or a dim
 that is 0 such as conv ``pad``), which must be equal for two problems to be near at all.
 A nearest query over a small block is one vectorized distance computation; a block of
-KDTREE_MIN_ROWS or more answers from a KD-tree (scipy), built on its first nearest query after
-a write: a scan of 100,000 configs cost 4.7 ms of CPU per lookup against 0.7 ms for an exact
-one (docs/benchmarks/load.md), while a tree query costs tens of microseconds.
+KDTREE_MIN_ROWS or more answers from a KD-tree (scipy; the scan where it is not installed),
+built on its first nearest query after a write: a scan of 100,000 configs cost 4.7 ms of CPU
+per lookup against 0.7 ms for an exact one (docs/benchmarks/load.md), while a tree query
+costs tens of microseconds.
 
 Freshness: best configs are only ever inserted or updated in place (never deleted), and an
 update changes only the winning measurement and ``updated_at``, never the key. So the index
@@ -34,12 +35,16 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from scipy.spatial import cKDTree
 from sqlalchemy import Engine, case, func, select
 from sqlalchemy.orm import Session
 
 from service.store.models import BestConfig, Device, Toolchain
 from tuner.problems import PROBLEM_TYPES
+
+try:
+    from scipy.spatial import cKDTree as _KDTree
+except ImportError:  # a minimal install (the GPU host's wheels): the scan gives the same answers
+    _KDTree = None
 
 __all__ = [
     "RECOUNT_SECONDS",
@@ -124,7 +129,7 @@ class Snapshot:
     groups: dict[GroupKey, Blocks] = field(default_factory=dict)
     #: KD-trees of the large blocks, built on first use (a duplicate build by a racing thread
     #: is harmless); a refresh starts a new snapshot and so new trees
-    trees: dict[tuple[GroupKey, Category], cKDTree] = field(default_factory=dict, compare=False)
+    trees: dict[tuple[GroupKey, Category], Any] = field(default_factory=dict, compare=False)
 
     def device_ids(self, device: str | None, backend: str | None) -> list[int]:
         """Devices named by a full key or a name substring, optionally of one backend (the
@@ -177,7 +182,7 @@ class Snapshot:
             if block is None:
                 continue
             matrix, ids = block
-            if len(ids) >= KDTREE_MIN_ROWS:
+            if _KDTree is not None and len(ids) >= KDTREE_MIN_ROWS:
                 key = ((op, dtype, layout, device_id, toolchain_id), category)
                 matrix, ids = self._near_rows(key, matrix, ids, wanted)
             squared = ((matrix - wanted) ** 2).sum(axis=1)
@@ -198,7 +203,7 @@ class Snapshot:
         """The rows of a large block within the tie band of the nearest, from its KD-tree."""
         tree = self.trees.get(key)
         if tree is None:
-            tree = self.trees[key] = cKDTree(matrix)
+            tree = self.trees[key] = _KDTree(matrix)
         distance, _ = tree.query(wanted, k=1)
         # the ball holds every row whose squared distance could fall inside the tie band
         radius = math.sqrt(_limit(float(distance) ** 2)) * (1 + TIE_TOLERANCE)

@@ -386,3 +386,15 @@ def test_metrics_count_requests_per_route_template_and_read_the_store(api: Any) 
     assert 'tunehub_variant_outcomes_total{outcome="timeout"} 1.0' in text
     assert "tunehub_lease_expiries_total 1.0" in text
     assert "tunehub_best_configs_total 1.0" in text
+
+
+def test_best_checks_a_read_token_only_when_required_or_sent(api: Any) -> None:
+    app = api.client.app
+    params = {"op": "gemm", "dtype": "f16", "m": 8, "n": 8, "k": 8}
+    bad = {"Authorization": "Bearer th_not-a-token"}
+    assert api.client.get("/v1/configs/best", params=params).status_code == 404
+    assert api.client.get("/v1/configs/best", params=params, headers=bad).status_code == 401
+    app.state.settings = app.state.settings.model_copy(update={"read_token_required": True})
+    assert api.client.get("/v1/configs/best", params=params).status_code == 401
+    read = api.harness.read
+    assert api.client.get("/v1/configs/best", params=params, headers=read).status_code == 404
