@@ -8,7 +8,8 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 
 from service.settings import Settings
 from service.store.models import ApiToken
@@ -21,6 +22,7 @@ __all__ = [
     "SettingsDep",
     "require_scope",
     "require_read",
+    "require_read_async",
     "check_read",
     "read_credentials",
 ]
@@ -101,3 +103,21 @@ def check_read(
 def require_read(request: Request, session: SessionDep, settings: SettingsDep) -> ApiToken | None:
     """The dependency form of :func:`check_read`."""
     return check_read(session, settings, read_credentials(request))
+
+
+async def require_read_async(request: Request) -> None:
+    """:func:`require_read` without a thread hop or a session when no token is needed or
+    sent (the common case of a build machine on an open service): for the hot lookup route."""
+    settings: Settings = request.app.state.settings
+    credentials = read_credentials(request)
+    if settings.read_token_required or credentials is not None:
+        await run_in_threadpool(_check_read, request.app.state.sessionmaker, settings, credentials)
+
+
+def _check_read(
+    maker: sessionmaker[Session],
+    settings: Settings,
+    credentials: HTTPAuthorizationCredentials | None,
+) -> None:
+    with maker() as session:
+        check_read(session, settings, credentials)

@@ -7,12 +7,10 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
-from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from service.api import deps
-from service.api.deps import SessionDep, require_read, require_scope
+from service.api.deps import SessionDep, require_read, require_read_async, require_scope
 from service.errors import InvalidInput, RequestError
 from service.schemas.common import Backend, DType, Op
 from service.schemas.configs import (
@@ -21,36 +19,17 @@ from service.schemas.configs import (
     ConfigQueryResults,
     ImportSummary,
 )
-from service.settings import Settings
 from service.store.lookup import LookupQuery, find_best, find_best_many
 from service.store.transfer import export_lines, import_lines
 from service.store.validation import check_layout, parse_problem, query_dims
 
-__all__ = ["router", "read_access", "conditional", "etag_of", "CACHE_CONTROL"]
+__all__ = ["router", "conditional", "etag_of", "CACHE_CONTROL"]
 
 router = APIRouter(tags=["configs"])
 
 _KNOWN_QUERY = {"op", "dtype", "layout", "device", "backend", "toolchain"}
 #: answers may be kept but must be revalidated (a 304 costs the client nothing to read)
 CACHE_CONTROL = "no-cache"
-
-
-async def read_access(request: Request) -> None:
-    """``require_read`` without a thread hop or a session when no token is needed or sent
-    (the common case of a build machine on an open service)."""
-    settings: Settings = request.app.state.settings
-    credentials = deps.read_credentials(request)
-    if settings.read_token_required or credentials is not None:
-        await run_in_threadpool(_check_read, request.app.state.sessionmaker, settings, credentials)
-
-
-def _check_read(
-    maker: sessionmaker[Session],
-    settings: Settings,
-    credentials: HTTPAuthorizationCredentials | None,
-) -> None:
-    with maker() as session:
-        deps.check_read(session, settings, credentials)
 
 
 def etag_of(body: bytes) -> str:
@@ -88,7 +67,7 @@ def _lookup(maker: sessionmaker[Session], query: LookupQuery) -> bytes:
 @router.get(
     "/v1/configs/best",
     response_model=BestConfigOut,
-    dependencies=[Depends(read_access)],
+    dependencies=[Depends(require_read_async)],
     responses={
         304: {"description": "the answer has not changed since the ETag in If-None-Match"},
         404: {"description": "not tuned yet, and no tuned problem near it"},
