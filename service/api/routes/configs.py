@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -10,6 +9,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
+from service.api.caching import conditional
 from service.api.deps import SessionDep, require_read, require_read_async, require_scope
 from service.errors import InvalidInput, RequestError
 from service.schemas.common import Backend, DType, Op
@@ -23,30 +23,11 @@ from service.store.lookup import LookupQuery, find_best, find_best_many
 from service.store.transfer import export_lines, import_lines
 from service.store.validation import check_layout, parse_problem, query_dims
 
-__all__ = ["router", "conditional", "etag_of", "CACHE_CONTROL"]
+__all__ = ["router"]
 
 router = APIRouter(tags=["configs"])
 
 _KNOWN_QUERY = {"op", "dtype", "layout", "device", "backend", "toolchain"}
-#: answers may be kept but must be revalidated (a 304 costs the client nothing to read)
-CACHE_CONTROL = "no-cache"
-
-
-def etag_of(body: bytes) -> str:
-    return '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
-
-
-def conditional(request: Request, body: bytes, media_type: str = "application/json") -> Response:
-    """``body`` with an ETag and ``Cache-Control: no-cache`` (keep it, but revalidate), or a
-    bodiless 304 when the client's ``If-None-Match`` names the same ETag."""
-    etag = etag_of(body)
-    headers = {"ETag": etag, "Cache-Control": CACHE_CONTROL}
-    wanted = request.headers.get("if-none-match")
-    if wanted is not None:
-        tags = {t.strip().removeprefix("W/") for t in wanted.split(",")}
-        if etag in tags or "*" in tags:
-            return Response(status_code=304, headers=headers)
-    return Response(body, media_type=media_type, headers=headers)
 
 
 def _lookup(maker: sessionmaker[Session], query: LookupQuery) -> bytes:
