@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from service.api import ui
 from service.api.errors import install_error_handlers
 from service.api.limits import IMPORT_PATH, BodyLimitMiddleware
+from service.api.metrics import install_metrics
 from service.api.openapi import install_openapi
 from service.api.routes import (
     client_results,
@@ -77,6 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     for module in (jobs, configs, measurements, workers, leases, tokens, health, client_results):
         app.include_router(module.router)
+    install_metrics(app)
     app.include_router(ui.router)
     app.mount("/ui/static", ui.static_files(), name="ui-static")
     install_openapi(app, settings)

@@ -25,7 +25,7 @@ from fastapi import FastAPI, routing
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
-from service.api.deps import require_read
+from service.api.deps import require_read, require_read_async
 from service.schemas.client_results import CLIENT_KEY_SCHEMA
 from service.schemas.common import JSON_OBJECT_MARK, NO_NUL_PATTERN
 from service.settings import Settings
@@ -176,7 +176,7 @@ def _document(schema: dict[str, Any], app: FastAPI, settings: Settings) -> None:
     reads = {
         (path, method.lower())
         for path, route in _api_routes(app)
-        if _uses(route, require_read)
+        if _uses(route, require_read) or _uses(route, require_read_async)
         for method in route.methods or ()
     }
     for path, item in schema.get("paths", {}).items():

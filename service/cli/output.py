@@ -64,8 +64,13 @@ def watch_job(
     )
     with Progress(*columns, console=console, transient=False) as progress:
         bar = progress.add_task(f"job {job_id}: queued", total=None)
+        waiting: str | None = None
         while True:
             job = client.get_job(job_id)
+            if job.waiting_for != waiting and job.waiting_for:
+                # printed once per change, above the bar: nobody can take the job yet
+                progress.console.print(f"job {job_id}: {job.waiting_for}", markup=False)
+            waiting = job.waiting_for
             counts = job.progress
             total = counts.candidates_total or None
             done = counts.candidates_done
@@ -183,9 +188,11 @@ def best_answer_lines(answer: BestConfigOut) -> list[str]:
         v for v in (answer.device.backend, answer.device.name, answer.device.arch) if v
     )
     toolchain = f"{answer.toolchain.compiler} tpl={answer.toolchain.template_version}"
+    library = answer.params.get("library")  # gemm: cutlass, cublaslt or tunehub
     return [
         f"best config ({how})",
         f"  variant     [bold]{escape(answer.variant_name)}[/bold]",
+        *([f"  library     [bold]{escape(str(library))}[/bold]"] if library else []),
         f"  params      {escape(str(answer.params))}",
         f"  median      {format_us(answer.median_us)} us",
         "  throughput  " + format_throughput(answer.throughput, answer.throughput_unit),

@@ -96,6 +96,8 @@ class ProblemStatus(ResponseModel):
     problem: dict[str, Any]
     status: str
     winner: WinnerSummary | None = None
+    #: the stored best config this task's winner did not replace: it was within the tie band
+    kept_incumbent: WinnerSummary | None = None
     error: str | None = None
 
 
@@ -116,6 +118,9 @@ class JobSummary(ResponseModel):
     error: str | None = None
     total_tasks: int
     progress: JobProgress
+    #: set while queued tasks wait for a device no connected worker has, e.g.
+    #: "waiting for a worker with a cuda device named like 'H200'; connected workers have ..."
+    waiting_for: str | None = None
 
 
 class JobOut(JobSummary):

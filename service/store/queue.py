@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import ColumnElement, and_, exists, or_, select, update
 from sqlalchemy.orm import Session
@@ -36,12 +37,16 @@ __all__ = [
     "held_task",
     "cancel_job",
     "refresh_job_status",
+    "live_worker_devices",
+    "waiting_for",
 ]
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
 _CLAIM_TRIES = 32
+#: live devices named in a ``waiting_for`` text, at most
+_NAMED_DEVICES = 4
 
 
 def _is_postgres(session: Session) -> bool:
@@ -61,6 +66,48 @@ def refresh_job_status(session: Session, job: Job) -> None:
             job.error = job.error or "every task failed"
     elif any(status != "queued" for status in statuses):
         job.status = "running"
+
+
+def live_worker_devices(session: Session, live_seconds: float) -> list[Device]:
+    """Devices of the workers seen (registered, leasing or heartbeating) in the last
+    ``live_seconds``: the ones that can take a queued task soon."""
+    since = utcnow() - timedelta(seconds=live_seconds)
+    return list(
+        session.scalars(
+            select(Device)
+            .join(WorkerDevice, WorkerDevice.device_id == Device.id)
+            .join(Worker, Worker.id == WorkerDevice.worker_id)
+            .where(Worker.last_seen_at >= since)
+            .distinct()
+            .order_by(Device.id)
+        )
+    )
+
+
+def _wanted(selector: dict[str, Any]) -> str:
+    text = f"a {selector.get('backend')} device"
+    if selector.get("name"):
+        text += f" named like {selector['name']!r}"
+    if selector.get("arch"):
+        text += f" of arch {selector['arch']}"
+    return text
+
+
+def waiting_for(session: Session, job: Job, live: Sequence[Device]) -> str | None:
+    """Why a job's queued tasks sit still: no live worker has a device its selector matches.
+
+    None when the job is finished, has nothing queued, or some live worker can take it."""
+    if job.status not in ("queued", "running"):
+        return None
+    if any(selector_matches(job.device, d.backend, d.name, d.arch) for d in live):
+        return None
+    if not session.scalar(select(exists().where(Task.job_id == job.id, Task.status == "queued"))):
+        return None
+    if not live:
+        return f"waiting for a worker with {_wanted(job.device)}; no worker is connected"
+    named = ", ".join(d.key() for d in live[:_NAMED_DEVICES])
+    more = f" and {len(live) - _NAMED_DEVICES} more" if len(live) > _NAMED_DEVICES else ""
+    return f"waiting for a worker with {_wanted(job.device)}; connected workers have {named}{more}"
 
 
 def requeue_expired(session: Session, now: datetime | None = None) -> int:
@@ -157,6 +204,7 @@ def claim_task(
     """Lease the oldest queued task this worker's devices (only ``device``'s key among them,
     when given) can run, or None. Commits nothing."""
     now = utcnow()
+    worker.last_seen_at = now  # a polling worker is live even when nothing is queued for it
     requeue_expired(session, now)
     job_ids = _matching_jobs(session, worker, backends, device)
     if not job_ids:
@@ -204,7 +252,6 @@ def claim_task(
     assert job is not None
     if job.status == "queued":
         job.status = "running"
-    worker.last_seen_at = now
     session.flush()
     return lease, claimed, job
 

@@ -1,9 +1,8 @@
 """Storing a lease's measurements and upserting the best config, in one transaction.
 
-Winner rule: only outcome ``ok`` can win (measurements flagged ``suspect`` only when no clean
-one exists); the fastest median wins, and medians within TIE_BAND of the fastest are a tie
-broken by variant name. A stored best config is replaced only when the new winner is more
-than TIE_BAND faster, so re-tuning does not flip winners on noise. Import uses the same rule.
+Winner rule: :mod:`tuner.winner`, the same code the engine runs (only outcome ``ok`` wins,
+ties within its TIE_BAND broken by variant name, a stored best config replaced only by one
+more than TIE_BAND faster, so re-tuning does not flip winners on noise). Import uses it too.
 """
 
 from __future__ import annotations
@@ -38,27 +37,25 @@ from service.store.models import (
 from service.store.queue import held_task, refresh_job_status
 from service.store.validation import usable_id
 from service.store.views import winner_dict
+from tuner import winner as winner_rule
 from tuner.problems import problem_from_dict
 from tuner.verify import canonical_params, variant_rejection
 
-__all__ = ["TIE_BAND", "pick_winner", "upsert_best", "store_results"]
+__all__ = ["pick_winner", "upsert_best", "store_results"]
 
 log = logging.getLogger(__name__)
 
-#: relative band inside which two medians are the same speed
-TIE_BAND = 0.02
 UpsertOutcome = Literal["inserted", "replaced", "kept"]
 
 
 def pick_winner(measurements: Sequence[Measurement], names: dict[str, str]) -> Measurement | None:
-    """The winning verified measurement (see the module doc), or None."""
-    verified = [m for m in measurements if m.outcome == "ok" and m.median_us is not None]
-    clean = [m for m in verified if not m.suspect] or verified
-    if not clean:
-        return None
-    best = min(m.median_us for m in clean if m.median_us is not None)
-    tied = [m for m in clean if m.median_us is not None and m.median_us <= best * (1 + TIE_BAND)]
-    return min(tied, key=lambda m: (names.get(m.variant_id, ""), m.variant_id, m.id))
+    """The winning verified measurement by :func:`tuner.winner.pick`, or None."""
+    return winner_rule.pick(
+        measurements,
+        median=lambda m: m.median_us,
+        name=lambda m: (names.get(m.variant_id, ""), m.variant_id, m.id),
+        ok=lambda m: m.outcome == "ok",
+    )
 
 
 def upsert_best(session: Session, candidate: Measurement) -> UpsertOutcome:
@@ -86,7 +83,7 @@ def upsert_best(session: Session, candidate: Measurement) -> UpsertOutcome:
     current = session.get(Measurement, best.measurement_id)
     current_median = current.median_us if current is not None else None
     assert candidate.median_us is not None
-    if current_median is None or candidate.median_us < current_median * (1 - TIE_BAND):
+    if winner_rule.replaces_incumbent(current_median, candidate.median_us):
         best.measurement_id = candidate.id
         best.updated_at = now
         best.confirmed = False  # until a second worker re-measures the new winner
@@ -315,7 +312,7 @@ def _finish(
         log.info("task %s: winner %s (%s best config)", task.id, names[winner.variant_id], outcome)
         device_id, toolchain_id = winner.device_id, winner.toolchain_id
     if device_id is not None and toolchain_id is not None:
-        refresh_key(session, job, task, device_id, toolchain_id, TIE_BAND)
+        refresh_key(session, job, task, device_id, toolchain_id, winner_rule.TIE_BAND)
     if task.status != "cancelled":
         if body.error:
             task.status, task.error = "failed", body.error

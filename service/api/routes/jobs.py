@@ -7,13 +7,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, status
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from service.api.deps import SessionDep, SettingsDep, require_read, require_scope
 from service.errors import NotFound
 from service.schemas.common import JobStatus, Op
 from service.schemas.jobs import JobCreate, JobList, JobOut
+from service.settings import Settings
 from service.store.models import Job, Task
-from service.store.queue import cancel_job
+from service.store.queue import cancel_job, live_worker_devices, waiting_for
 from service.store.validation import parse_problem, usable_id
 from service.store.views import job_dict
 
@@ -21,6 +23,24 @@ __all__ = ["router"]
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+def _live_seconds(settings: Settings) -> float:
+    """A worker unseen for a lease's length counts as gone (its lease would expire too); an
+    idle worker polls every second or so, so a short lease setting does not hide it."""
+    return float(max(settings.lease_seconds, 10))
+
+
+def _with_waiting(
+    session: Session, settings: Settings, jobs: list[Job], *, with_problems: bool
+) -> list[dict[str, Any]]:
+    live = live_worker_devices(session, _live_seconds(settings))
+    bodies = []
+    for job in jobs:
+        body = job_dict(session, job, with_problems=with_problems)
+        body["waiting_for"] = waiting_for(session, job, live)
+        bodies.append(body)
+    return bodies
 
 
 @router.post(
@@ -59,12 +79,13 @@ def submit_job(body: JobCreate, session: SessionDep, settings: SettingsDep) -> d
         )
     session.commit()
     log.info("job %s: %s %s %s, %d problems", job.id, job.op, job.dtype, job.layout, len(problems))
-    return job_dict(session, job, with_problems=True)
+    return _with_waiting(session, settings, [job], with_problems=True)[0]
 
 
 @router.get("", response_model=JobList, dependencies=[Depends(require_read)])
 def list_jobs(
     session: SessionDep,
+    settings: SettingsDep,
     status: JobStatus | None = None,
     op: Op | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -74,7 +95,8 @@ def list_jobs(
         query = query.where(Job.status == status)
     if op is not None:
         query = query.where(Job.op == op)
-    return {"jobs": [job_dict(session, job, with_problems=False) for job in session.scalars(query)]}
+    jobs = list(session.scalars(query))
+    return {"jobs": _with_waiting(session, settings, jobs, with_problems=False)}
 
 
 def _job(session: SessionDep, job_id: str) -> Job:
@@ -85,8 +107,10 @@ def _job(session: SessionDep, job_id: str) -> Job:
 
 
 @router.get("/{job_id}", response_model=JobOut, dependencies=[Depends(require_read)])
-def get_job(job_id: str, session: SessionDep) -> dict[str, Any]:
-    return job_dict(session, _job(session, job_id), with_problems=True)
+def get_job(job_id: str, session: SessionDep, settings: SettingsDep) -> dict[str, Any]:
+    """The job, its progress and per-problem winners; ``waiting_for`` says when no connected
+    worker has a device the job asks for."""
+    return _with_waiting(session, settings, [_job(session, job_id)], with_problems=True)[0]
 
 
 @router.delete("/{job_id}", response_model=JobOut, dependencies=[Depends(require_scope("submit"))])
