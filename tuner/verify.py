@@ -8,6 +8,8 @@ not match them, a variant pruned for the problem or illegal on the device's arch
 
 The variant id (a hash over the source, flags and the worker's compiler identity) cannot be
 recomputed without the worker's compiler; the parameters and the name are checked instead.
+Params the space cannot enumerate because the backend discovers them on the device (vendor
+algorithms) are checked by form (``VariantSpace.discovered_reason``).
 """
 
 from __future__ import annotations
@@ -58,7 +60,18 @@ def variant_rejection(
         return f"no {op} {dtype} {layout} variants on {backend} {arch}: {exc.reason}"
     known = index.get(canonical_params(params))
     if known is None:
-        return f"params {canonical_params(params)[:200]} are not in the {backend} {op} space"
+        # a variant the backend discovered on the device (cuBLASLt algorithms) cannot be
+        # enumerated here; the space checks its form instead
+        try:
+            discovered = space.discovered_reason(params, dtype, layout, arch)
+        except InvalidRequestError as exc:
+            discovered = exc.reason
+        if discovered is not None:
+            return (
+                f"params {canonical_params(params)[:200]} are not in the {backend} {op} space "
+                f"({discovered})"
+            )
+        known = params
     expected = space.name(known, dtype, layout)
     if name != expected:
         return f"variant name {name!r} does not match its params (expected {expected!r})"

@@ -40,3 +40,31 @@ def test_invented_renamed_or_foreign_variants_are_refused() -> None:
 
 def test_canonical_params_ignores_key_order_and_tuple_or_list() -> None:
     assert canonical_params({"a": (1, 2), "b": 3}) == canonical_params({"b": 3, "a": [1, 2]})
+
+
+def test_a_discovered_cublaslt_algorithm_is_checked_by_form() -> None:
+    space = load_space("gemm", "cuda")
+    found = space.from_discovery(
+        [
+            {
+                "algo": 6,
+                "tile": 20,
+                "stages": 8,
+                "splitk": 1,
+                "reduction": 0,
+                "swizzle": 0,
+                "custom": 0,
+                "inner_shape": 0,
+                "cluster_shape": 0,
+            }
+        ]
+    )
+    assert found, "the discovery answer should give one well-formed algorithm"
+    params = json.loads(json.dumps(found[0]))
+    name = space.name(params, "f16", "rcr")
+    check = lambda p, n: variant_rejection(  # noqa: E731
+        "gemm", "cuda", "f16", "rcr", "sm_90", GEMM, p, n
+    )
+    assert check(params, name) is None
+    assert "splitk" in (check({**params, "splitk": 0}, name) or "")
+    assert "does not match its params" in (check(params, "gemm_f16_rcr_fastest") or "")
