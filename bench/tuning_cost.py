@@ -10,7 +10,8 @@ Problem: the README's first job, a row sum of f32 [4096, 4096] (reduce, kind sum
     strategy takes with ``max_variants=16`` (Kernel Tuner gets them as a restriction).
     tunehub keeps its isolation (every variant in its own process) and verification. A
     fourth column times tunehub with Kernel Tuner's timing policy (7 reps, no confidence
-    target, no re-measuring, no confirmation rounds), to separate the cost of the infrastructure from the cost of measuring to 1%.
+    target, no re-measuring, no confirmation rounds), to separate the cost of the
+    infrastructure from the cost of measuring to 1%.
 (b) The full space, cold and warm.
 (c) 20 re-tunings of one problem (warm, 16 variants): the stored winner kept by the one
     winner rule (tuner.winner: the incumbent is replaced only by one more than the tie band
