@@ -462,10 +462,12 @@ def notes(report: Report) -> list[str]:
         "- **Re-tuning stability.** The row sum is memory bound, and many variants run at the "
         "memory bandwidth of the moment. On this shared 2-core host another tenant's work on "
         "the other core takes memory bandwidth without taking our core, so the CPU-share "
-        "signal cannot see it, and a variant's median moves by 10-30% within seconds. The "
-        "engine therefore re-times the near-ties side by side (confirmation rounds); the "
-        "figures above show how far that gets on this host, where true ties still come out "
-        "more than the 2% tie band apart in some jobs.",
+        "signal cannot see it, and a variant's median moves by 10-30% within seconds. Two "
+        "measures answer that: the engine times the near-ties again side by side "
+        "(confirmation rounds), and the store judges the incumbent by its median in the same "
+        "job, not by a median stored minutes earlier. What remains is noise between variants "
+        "timed side by side that still exceeds the 2% tie band on this host, so which of the "
+        "memory-bound variants wins a job changes from job to job.",
         "- **GPU.** Not re-measured: this change had no H200 time. The last H200 run "
         "(2026-12-02, before this change; bench/results/h200-e2e/h200-tune.json) tuned "
         "GEMM 8192^3 (24 variants) in 117.7 s cold and a new shape in 1.6-2.2 s warm (over "
