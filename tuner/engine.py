@@ -286,7 +286,8 @@ def tune(
     strategy = load_strategy_class(request.strategy)(candidates, seed=request.seed, budget=sample)
     deadline = started + budget.max_seconds if budget.max_seconds else math.inf
     workers = config.compile_workers or os.cpu_count() or 1
-    overlap = backend.compile_overlaps_measure
+    # getattr: wrappers and test doubles that are not Backend subclasses lack these
+    overlap = bool(getattr(backend, "compile_overlaps_measure", False))
     # small batches where the strategy learns from each or compiles pipeline with timing
     batch_size = workers if strategy.adaptive or overlap else max(workers, LARGE_BATCH)
     if observer:
@@ -301,7 +302,8 @@ def tune(
 
     runner = BatchRunner(backend, space, request, device)
     # what "clearly slower than the best so far" means to this backend's early stop
-    slower = 1.0 + config.tie_band if backend.ci_early_stop else config.abort_slower_than
+    ci_stop = bool(getattr(backend, "ci_early_stop", False))
+    slower = 1.0 + config.tie_band if ci_stop else config.abort_slower_than
     results: list[BenchResult] = []
     best_us: float | None = None
     asked = 0

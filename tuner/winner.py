@@ -10,6 +10,9 @@
    quiet (:func:`needs_remeasure`), so the rule never silently trusts or drops one.
 4. A stored winner (the incumbent) is replaced only by a candidate more than ``TIE_BAND``
    faster (:func:`replaces_incumbent`); otherwise the incumbent is kept and the job says so.
+   When the new job measured the incumbent too, that measurement is the one compared
+   (:func:`incumbent_reference`): two medians taken side by side, not minutes apart on a
+   machine whose speed drifts.
 
 The functions take key functions, so the engine and the store apply the same code to their
 own types.
@@ -20,7 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["TIE_BAND", "pick", "needs_remeasure", "replaces_incumbent", "tied_with"]
+__all__ = [
+    "TIE_BAND",
+    "pick",
+    "needs_remeasure",
+    "replaces_incumbent",
+    "incumbent_reference",
+    "tied_with",
+]
 
 #: relative band inside which two medians are the same speed
 TIE_BAND = 0.02
@@ -80,3 +90,15 @@ def replaces_incumbent(
 ) -> bool:
     """True when the candidate is more than the tie band faster than the stored winner."""
     return incumbent_us is None or candidate_us < incumbent_us * (1.0 - tie_band)
+
+
+def incumbent_reference(
+    stored_us: float | None, now_ok: bool | None, now_us: float | None
+) -> float | None:
+    """The incumbent median a new winner is compared with: its median in the same job when
+    the job verified and timed it (``now_ok``), None (replace it) when the job measured it
+    and it did not verify or stopped early as slower, the stored median when the job did not
+    measure it (``now_ok`` None)."""
+    if now_ok is None:
+        return stored_us
+    return now_us if now_ok else None

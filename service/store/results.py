@@ -60,7 +60,8 @@ def pick_winner(measurements: Sequence[Measurement], names: dict[str, str]) -> M
 
 def upsert_best(session: Session, candidate: Measurement) -> UpsertOutcome:
     """Make ``candidate`` (outcome ok) the best config of its key unless the current one is
-    within TIE_BAND of it or faster."""
+    within TIE_BAND of it or faster: measured by the candidate's own task when it was
+    (tuner.winner.incumbent_reference), else as stored."""
     key = {
         "op": candidate.op,
         "dtype": candidate.dtype,
@@ -82,8 +83,25 @@ def upsert_best(session: Session, candidate: Measurement) -> UpsertOutcome:
         return "inserted"
     current = session.get(Measurement, best.measurement_id)
     current_median = current.median_us if current is not None else None
+    again = None  # the incumbent measured again by the candidate's own task, if it was
+    if current is not None and candidate.task_id is not None:
+        again = session.scalars(
+            select(Measurement)
+            .where(
+                Measurement.task_id == candidate.task_id,
+                Measurement.variant_id == current.variant_id,
+                Measurement.device_id == candidate.device_id,
+                Measurement.toolchain_id == candidate.toolchain_id,
+            )
+            .order_by(Measurement.id.desc())
+        ).first()
+    reference = winner_rule.incumbent_reference(
+        current_median,
+        None if again is None else (again.outcome == "ok" and again.median_us is not None),
+        again.median_us if again is not None else None,
+    )
     assert candidate.median_us is not None
-    if winner_rule.replaces_incumbent(current_median, candidate.median_us):
+    if winner_rule.replaces_incumbent(reference, candidate.median_us):
         best.measurement_id = candidate.id
         best.updated_at = now
         best.confirmed = False  # until a second worker re-measures the new winner

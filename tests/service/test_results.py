@@ -180,3 +180,25 @@ def test_measurements_listing(api: Any) -> None:
     assert api.client.get("/v1/measurements").status_code == 422
     bad = api.client.get("/v1/measurements", params={"op": "reduce", "dtype": "f32", "m": 0})
     assert bad.status_code == 422
+
+
+def test_the_incumbent_is_judged_by_its_measurement_in_the_same_job(api: Any) -> None:
+    api.tune([api.measurement("a", 10.0), api.measurement("b", 12.0)])
+    # the machine got slower: side by side b is 4.5% faster than a, so it replaces a,
+    # although its median is above a's stored 10.0
+    shown = api.tune([api.measurement("a", 11.0), api.measurement("b", 10.5)])
+    assert shown["problems"][0]["kept_incumbent"] is None
+    assert (
+        api.best(op="reduce", dtype="f32", m=1024, k=4096, kind="sum").json()["variant_name"] == "b"
+    )
+    # the machine got faster: ab is 11% below b's stored median but ties b side by side
+    shown = api.tune([api.measurement("b", 9.0), api.measurement("ab", 8.9)])
+    assert shown["problems"][0]["winner"]["variant_name"] == "ab"
+    assert shown["problems"][0]["kept_incumbent"]["variant_name"] == "b"
+    # an incumbent the job found broken is replaced by any verified winner
+    shown = api.tune(
+        [api.measurement("b", None, outcome="wrong_result"), api.measurement("d", 30.0)]
+    )
+    assert (
+        api.best(op="reduce", dtype="f32", m=1024, k=4096, kind="sum").json()["variant_name"] == "d"
+    )

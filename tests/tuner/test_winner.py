@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from service.store.results import pick_winner as store_pick
 from tuner.engine import pick_winner as engine_pick
 from tuner.types import BenchResult, Outcome, Timing
-from tuner.winner import TIE_BAND, needs_remeasure, pick, replaces_incumbent
+from tuner.winner import (
+    TIE_BAND,
+    incumbent_reference,
+    needs_remeasure,
+    pick,
+    replaces_incumbent,
+)
 
 
 @dataclass
@@ -138,3 +144,11 @@ def test_adaptive_timing_rule() -> None:
     low, high = median_ci(list(range(100)))
     assert (low, high) == (40, 60)
     assert cpu_share(0.5, 1.0) == 0.5 and cpu_share(None, 1.0) is None
+
+
+def test_the_incumbent_reference_prefers_the_same_job() -> None:
+    assert incumbent_reference(10.0, None, None) == 10.0  # not measured by this job
+    assert incumbent_reference(10.0, True, 11.0) == 11.0  # side by side wins over stored
+    assert incumbent_reference(10.0, False, 30.0) is None  # broken or clearly slower now
+    assert replaces_incumbent(incumbent_reference(10.0, True, 11.0), 10.5)
+    assert not replaces_incumbent(incumbent_reference(10.0, True, 9.0), 8.9)
