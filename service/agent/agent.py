@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from service.agent.wire import device_in, measurement_in, request_from_task, toolchain_report
 from service.client import ClientError, ConnectionFailed, LeaseLost, TunehubClient
-from service.schemas.common import MAX_LOG_CHARS, DeviceReport
+from service.schemas.common import MAX_LOG_CHARS, DeviceIn, DeviceReport
 from service.schemas.worker import (
     HeartbeatIn,
     LeaseOut,
@@ -163,6 +163,8 @@ class WorkerAgent:
         self._backends: dict[str, Backend] = {}
         self._devices: dict[str, DeviceInfo] = {}
         self.worker_id: str | None = None
+        #: lease only for this one of the worker's devices (a slot of a multi-GPU worker)
+        self.lease_device: DeviceIn | None = None
         self.tasks_done = 0
 
     # -- setup ----------------------------------------------------------------------------
@@ -211,8 +213,10 @@ class WorkerAgent:
     def run_once(self) -> bool:
         """Lease one task and run it; False when the server had nothing for us."""
         worker_id = self.worker_id or self.register()
+        if not self._backends:  # closed after a crash of the loop: open them again
+            self._open_backends()
         request = LeaseRequest.model_validate(
-            {"worker_id": worker_id, "backends": list(self._backends)}
+            {"worker_id": worker_id, "backends": list(self._backends), "device": self.lease_device}
         )
         lease = self.client.lease(request)
         if not lease:

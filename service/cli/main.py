@@ -170,16 +170,28 @@ def worker_command(
         list[str] | None, typer.Option(help="Backends to serve (repeat; default cpu).")
     ] = None,
     name: Annotated[str | None, typer.Option(help="Worker name (default: host name).")] = None,
+    devices: Annotated[
+        str | None,
+        typer.Option(help="GPUs to drive, as nvidia-smi numbers them: 0,2 (default: all)."),
+    ] = None,
+    slots: Annotated[
+        int, typer.Option(help="CPU benchmarking slots, each on its own cores (default 1).")
+    ] = 1,
 ) -> None:
-    """Lease tasks from a tunehub server and tune them on this host's devices."""
+    """Lease tasks from a tunehub server and tune them on this host's devices: one
+    benchmarking slot per GPU (or per --slots on the CPU), compiles shared by all."""
+    from service.agent.slots import plan_slots
     from service.cli.serve import run_remote_worker
+    from tuner.backends.cuda_devices import parse_device_list
 
     backends = tuple(backend or ["cpu"])
     for backend_name in backends:
         check_choice("backend", backend_name, list(BACKENDS))
+    chosen = parse_device_list(devices) if devices is not None else None
     if not resolve_token(token):
         raise UserError("a worker needs a token: --token or TUNEHUB_TOKEN")
-    run_remote_worker(get_settings(), resolve_server(server), resolve_token(token), backends, name)
+    plan = plan_slots(backends, devices=chosen, cpu_slots=slots)
+    run_remote_worker(get_settings(), resolve_server(server), resolve_token(token), plan, name)
 
 
 @app.command("demo")

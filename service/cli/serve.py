@@ -23,6 +23,7 @@ from rich.console import Console
 from sqlalchemy.engine import make_url
 
 from service.agent import WorkerAgent
+from service.agent.slots import SlotPool, SlotSpec
 from service.cli.common import ADMIN_TOKEN_FILE, UserError
 from service.cli.output import best_answer_lines
 from service.client import ApiError, ConnectionFailed, TunehubClient
@@ -190,17 +191,19 @@ def run_remote_worker(
     settings: Settings,
     server_url: str,
     token: str | None,
-    backends: Sequence[str],
+    slots: Sequence[SlotSpec],
     name: str | None,
     connect_attempts: int = 30,
 ) -> None:
-    """``tunehub worker``: register (waiting for the server to come up), then lease forever."""
+    """``tunehub worker``: register (waiting for the server to come up), then lease forever,
+    one slot per GPU or CPU share (service/agent/slots.py)."""
     stop = threading.Event()
-    client = TunehubClient(server_url, token)
-    agent = WorkerAgent(client, engine_config_from(settings), backends, name=name)
+    pool = SlotPool(
+        lambda: TunehubClient(server_url, token), engine_config_from(settings), slots, name=name
+    )
     for attempt in range(1, connect_attempts + 1):
         try:
-            agent.register()
+            pool.register()
             break
         except ConnectionFailed as exc:
             if attempt == connect_attempts:
@@ -209,11 +212,8 @@ def run_remote_worker(
             time.sleep(2.0)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    log.info("worker %s serving %s from %s", agent.name, ", ".join(backends), server_url)
-    try:
-        agent.run_forever(stop)
-    finally:
-        client.close()
+    log.info("worker %s serving %d slots from %s", pool.name, len(pool.agents), server_url)
+    pool.run_forever(stop)
 
 
 def free_port() -> int:

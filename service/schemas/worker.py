@@ -65,6 +65,9 @@ class WorkerOut(ResponseModel):
 class LeaseRequest(RequestModel):
     worker_id: SafeStr = Field(min_length=1, max_length=64)
     backends: list[Backend] = Field(default=["cpu"], min_length=1, max_length=4)
+    #: optional: lease only for this one of the worker's registered devices (a multi-GPU
+    #: worker's slot asks for its own card); left out, any of the worker's devices matches
+    device: DeviceIn | None = None
 
 
 class LeaseTask(ResponseModel):

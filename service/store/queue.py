@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy import exists, select, update
 from sqlalchemy.orm import Session
 
-from service.errors import Conflict, NotFound
-from service.schemas.common import FINISHED_STATUSES
+from service.errors import Conflict, InvalidInput, NotFound
+from service.schemas.common import FINISHED_STATUSES, DeviceFields
 from service.store.keys import selector_matches
 from service.store.models import (
     Device,
@@ -145,7 +145,9 @@ def requeue_expired(session: Session, now: datetime | None = None) -> int:
     return moved
 
 
-def _matching_jobs(session: Session, worker: Worker, backends: Sequence[str]) -> list[str]:
+def _matching_jobs(
+    session: Session, worker: Worker, backends: Sequence[str], device: DeviceFields | None = None
+) -> list[str]:
     devices = list(
         session.scalars(
             select(Device)
@@ -153,6 +155,11 @@ def _matching_jobs(session: Session, worker: Worker, backends: Sequence[str]) ->
             .where(WorkerDevice.worker_id == worker.id)
         )
     )
+    if device is not None:  # a slot of a multi-GPU worker leases for its own card
+        key = (device.backend, device.name, device.arch, device.sm_count)
+        devices = [d for d in devices if (d.backend, d.name, d.arch, d.sm_count) == key]
+        if not devices:
+            raise InvalidInput(["body", "device"], "not one of this worker's registered devices")
     has_queued = exists().where(Task.job_id == Job.id, Task.status == "queued")
     jobs = session.execute(
         select(Job.id, Job.device)
@@ -167,13 +174,18 @@ def _matching_jobs(session: Session, worker: Worker, backends: Sequence[str]) ->
 
 
 def claim_task(
-    session: Session, worker: Worker, backends: Sequence[str], lease_seconds: int
+    session: Session,
+    worker: Worker,
+    backends: Sequence[str],
+    lease_seconds: int,
+    device: DeviceFields | None = None,
 ) -> tuple[Lease, Task, Job] | None:
-    """Lease the oldest queued task this worker's devices can run, or None. Commits nothing."""
+    """Lease the oldest queued task this worker's devices (only ``device``'s key among them,
+    when given) can run, or None. Commits nothing."""
     now = utcnow()
     worker.last_seen_at = now  # a polling worker is live even when nothing is queued for it
     requeue_expired(session, now)
-    job_ids = _matching_jobs(session, worker, backends)
+    job_ids = _matching_jobs(session, worker, backends, device)
     if not job_ids:
         return None
     expires = now + timedelta(seconds=lease_seconds)

@@ -40,7 +40,7 @@ def lease_task(
     worker = session.get(Worker, body.worker_id) if usable_id(body.worker_id) else None
     if worker is None:
         raise NotFound(f"worker {body.worker_id!r} not found; register with POST /v1/workers")
-    claimed = claim_task(session, worker, body.backends, settings.lease_seconds)
+    claimed = claim_task(session, worker, body.backends, settings.lease_seconds, body.device)
     if claimed is None:
         session.commit()  # expired leases may have been requeued
         return Response(status_code=status.HTTP_204_NO_CONTENT)
