@@ -1,15 +1,23 @@
-"""Tuning cost on the CPU backend: cold versus warm tuning, and evaluations a strategy needs.
+"""Tuning cost on the CPU backend, beside Kernel Tuner, and the stability of re-tuning.
 
-(a) Cold vs warm: tune one CPU gemm shape with an empty compile cache (every variant is
-    compiled, then measured), then a new shape with the cache already filled (measured only).
-    Target: warm at least 5x faster than cold.
-(b) Evaluations to a near-optimum: measure every variant of the CPU gemm and softmax spaces
-    once (exhaustive, through tuner.engine.tune), then replay the tpe and random strategies on
-    those recorded scores, in batches of the engine's size, and count how many evaluations
-    each needs before it has measured a variant within 3% of the exhaustive optimum.
-    Target: tpe's median over 5 seeds <= 35% of the space.
+Problem: the README's first job, a row sum of f32 [4096, 4096] (reduce, kind sum).
 
-Writes docs/benchmarks/tuning-cost.md. Run from the repository root:
+(a) 16 variants, cold and warm, alternating with Kernel Tuner in one run: each round tunes
+    with Kernel Tuner 1.5 (its C backend: g++ builds one shared object per config, 7 timed
+    calls each, the output checked against numpy), then tunehub with an empty compile cache
+    (cold), then tunehub again with a new backend and the cache filled (warm). Both tune the
+    same 16 (pack, acc, unroll) configurations: the stratified sample tunehub's exhaustive
+    strategy takes with ``max_variants=16`` (Kernel Tuner gets them as a restriction).
+    tunehub keeps its isolation (every variant in its own process) and verification. A
+    fourth column times tunehub with Kernel Tuner's timing policy (7 reps, no confidence
+    target), to separate the cost of the infrastructure from the cost of measuring to 1%.
+(b) The full space, cold and warm.
+(c) 20 re-tunings of one problem (warm, 16 variants): the stored winner kept by the one
+    winner rule (tuner.winner: the incumbent is replaced only by one more than the tie band
+    faster), checked against the fastest verified measurement of each re-tuning.
+
+Writes docs/benchmarks/tuning-cost.md (and the raw figures beside it as JSON). Needs
+``pip install kernel_tuner``. Run from the repository root:
 
     .venv/bin/python bench/tuning_cost.py
 """
@@ -25,266 +33,486 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tuner import winner as winner_rule  # noqa: E402
 from tuner.backends.cpu import CpuBackend  # noqa: E402
 from tuner.engine import candidate_params, tune  # noqa: E402
-from tuner.problems import GemmProblem, Problem, SoftmaxProblem  # noqa: E402
+from tuner.problems import ReduceProblem  # noqa: E402
 from tuner.spaces.base import Params  # noqa: E402
-from tuner.strategies.base import Strategy  # noqa: E402
-from tuner.strategies.random_search import RandomStrategy  # noqa: E402
-from tuner.strategies.tpe import TpeStrategy  # noqa: E402
-from tuner.types import EngineConfig, ProblemResult, TuneRequest  # noqa: E402
+from tuner.strategies.exhaustive import stratified_order  # noqa: E402
+from tuner.types import Budget, EngineConfig, ProblemResult, TuneRequest  # noqa: E402
 
-__all__ = ["evaluations_to_near_optimum", "SpaceReplay", "main"]
+__all__ = ["main"]
 
 log = logging.getLogger("bench.tuning_cost")
 
-COLD_SHAPE = GemmProblem(m=256, n=256, k=256)
-WARM_SHAPE = GemmProblem(m=288, n=320, k=256)
-SOFTMAX_SHAPE = SoftmaxProblem(m=512, k=2048)
-WARM_SPEEDUP_TARGET = 5.0
-SHARE_TARGET = 0.35
-NEAR_OPTIMUM = 0.03
-MANY_SEEDS = 40
+PROBLEM = ReduceProblem(m=4096, k=4096, kind="sum")
+BUDGET = 16
+RETUNINGS = 20
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "benchmarks" / "tuning-cost.md"
 COMMAND = ".venv/bin/python bench/tuning_cost.py"
+COLD_TARGET, WARM_TARGET, FULL_RATIO_TARGET, SAME_TARGET = 1.0, 0.3, 5.0, 0.95
 
-
-def evaluations_to_near_optimum(
-    strategy: Strategy, scores: Sequence[float | None], batch: int, band: float = NEAR_OPTIMUM
-) -> int:
-    """Evaluations the strategy makes (asking ``batch`` at a time, told the recorded scores)
-    until it has measured a candidate within ``band`` of the best recorded score."""
-    best = min(s for s in scores if s is not None)
-    count = 0
-    while indices := strategy.ask(batch):
-        for index in indices:
-            count += 1
-            score = scores[index]
-            strategy.tell(index, score)
-            if score is not None and score <= best * (1.0 + band):
-                return count
-    raise RuntimeError("the strategy ran out of candidates before reaching the optimum")
+#: Kernel Tuner's C kernel: the same loads (packs of PACK floats into ACC vector accumulators,
+#: UNROLL rounds a step) as kernel_templates/cpu/reduce.cpp.j2 for kind sum; it times itself,
+#: as Kernel Tuner's C backend asks (the return value is milliseconds)
+KT_KERNEL = r"""
+#include <string.h>
+#include <time.h>
+typedef float vf __attribute__((vector_size(PACK * sizeof(float))));
+float row_sum(float* y, const float* x, int m, int k) {
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  const int step = PACK * ACC * UNROLL;
+  for (int i = 0; i < m; ++i) {
+    const float* r = x + (long)i * k;
+    vf acc[ACC];
+    for (int a = 0; a < ACC; ++a) for (int l = 0; l < PACK; ++l) acc[a][l] = 0.0f;
+    int j = 0;
+    for (; j + step <= k; j += step) {
+#pragma GCC unroll 8
+      for (int u = 0; u < UNROLL; ++u) {
+#pragma GCC unroll 8
+        for (int a = 0; a < ACC; ++a) {
+          vf v;
+          memcpy(&v, r + j + (u * ACC + a) * PACK, sizeof v);
+          acc[a] += v;
+        }
+      }
+    }
+    for (; j + PACK <= k; j += PACK) { vf v; memcpy(&v, r + j, sizeof v); acc[0] += v; }
+    for (int a = 1; a < ACC; ++a) acc[0] += acc[a];
+    float s = 0.0f;
+    for (int l = 0; l < PACK; ++l) s += acc[0][l];
+    for (; j < k; ++j) s += r[j];
+    y[i] = s;
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (t1.tv_sec - t0.tv_sec) * 1e3f + (t1.tv_nsec - t0.tv_nsec) * 1e-6f;
+}
+"""
 
 
 @dataclass
-class SpaceReplay:
-    label: str
-    problem: Problem
-    candidates: int
-    params: list[Params]
-    scores: list[float | None]
-    best_name: str
-    best_us: float
-    tpe: list[int]
-    random: list[int]
-    #: mean evaluations over many more seeds: the 5-seed median alone is a coarse figure
-    tpe_mean_many: float
-    random_mean_many: float
-
-    def share(self, counts: list[int]) -> float:
-        return statistics.median(counts) / self.candidates
+class Round:
+    kt_s: float
+    cold_s: float
+    warm_s: float
+    kt_policy_s: float
+    cold_compile_s: float
+    kt_best_us: float
+    cold_winner: str
+    warm_winner: str
+    suspect: int
+    remeasured: int
+    load: float
 
 
-def recorded_scores(result: ProblemResult, candidates: list[Params]) -> list[float | None]:
-    """Score per candidate index, as the engine tells strategies (median us, None if failed)."""
-    by_params = {repr(sorted(r.params.items())): r for r in result.results}
-    scores: list[float | None] = []
-    for params in candidates:
-        measured = by_params[repr(sorted(params.items()))]
-        scores.append(measured.timing.median_us if measured.timing else None)
-    return scores
+@dataclass
+class Report:
+    date: str
+    machine: str
+    compiler: str
+    kt_version: str
+    configs: list[Params]
+    rounds: list[Round] = field(default_factory=list)
+    full: dict[str, Any] = field(default_factory=dict)
+    retunes: list[dict[str, Any]] = field(default_factory=list)
 
 
-def replay(
-    label: str,
-    result: ProblemResult,
-    backend: CpuBackend,
-    seeds: int,
-    batch: int,
-    many_seeds: int = MANY_SEEDS,
-) -> SpaceReplay:
-    request = result.request
-    candidates, _ = candidate_params(request, backend.device().arch, backend.name)
-    scores = recorded_scores(result, candidates)
-    winner = min(
-        (r for r in result.results if r.ok and r.timing),
-        key=lambda r: r.timing.median_us if r.timing else 0.0,
-    )
-    assert winner.timing is not None
-
-    def counts(cls: type[Strategy], how_many: int) -> list[int]:
-        return [
-            evaluations_to_near_optimum(cls(candidates, seed=s), scores, batch)
-            for s in range(how_many)
-        ]
-
-    return SpaceReplay(
-        label=label,
-        problem=request.problem,
-        candidates=len(candidates),
-        params=candidates,
-        scores=scores,
-        best_name=winner.variant_name,
-        best_us=winner.timing.median_us,
-        tpe=counts(TpeStrategy, seeds),
-        random=counts(RandomStrategy, seeds),
-        tpe_mean_many=statistics.mean(counts(TpeStrategy, many_seeds)),
-        random_mean_many=statistics.mean(counts(RandomStrategy, many_seeds)),
+def request(budget: int | None) -> TuneRequest:
+    return TuneRequest(
+        "reduce", "f32", "row", PROBLEM, strategy="exhaustive", budget=Budget(max_variants=budget)
     )
 
 
-def timed_tune(
-    request: TuneRequest, backend: CpuBackend, config: EngineConfig
-) -> tuple[ProblemResult, float]:
+def sampled_configs(backend: CpuBackend) -> list[Params]:
+    """The 16 configurations tunehub's exhaustive strategy measures with max_variants=16."""
+    candidates, _ = candidate_params(request(BUDGET), backend.device().arch, "cpu")
+    return [candidates[i] for i in stratified_order(candidates)[:BUDGET]]
+
+
+def kernel_tuner_once(configs: list[Params]) -> tuple[float, float]:
+    """Wall seconds of one Kernel Tuner run over ``configs`` and its best time in us."""
+    from kernel_tuner import tune_kernel
+
     started = time.monotonic()
-    result = tune(request, backend, config)
-    return result, time.monotonic() - started
+    m, k = PROBLEM.m, PROBLEM.k
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1.0, 1.0, (m, k)).astype(np.float32)
+    y = np.zeros(m, np.float32)
+    expected = x.sum(axis=1, dtype=np.float64).astype(np.float32)
+    wanted = {(c["pack"], c["acc"], c["unroll"]) for c in configs}
+    params = {
+        "PACK": sorted({c["pack"] for c in configs}),
+        "ACC": sorted({c["acc"] for c in configs}),
+        "UNROLL": sorted({c["unroll"] for c in configs}),
+    }
+    results, _ = tune_kernel(
+        "row_sum",
+        KT_KERNEL,
+        (m,),
+        [y, x, np.int32(m), np.int32(k)],
+        params,
+        lang="C",
+        compiler_options=["-O3", "-march=native", "-fno-math-errno"],
+        # as source text: Kernel Tuner compiles restrictions itself (a closure loses `wanted`)
+        restrictions=[f"(PACK, ACC, UNROLL) in {sorted(wanted)}"],
+        answer=[expected, None, None, None],
+        atol=1e-2,
+        quiet=True,
+    )
+    assert len(results) == len(configs), len(results)
+    best_ms = min(float(r["time"]) for r in results)
+    return time.monotonic() - started, best_ms * 1e3
 
 
-def render_report(
-    cold: ProblemResult,
-    cold_s: float,
-    warm: ProblemResult,
-    warm_s: float,
-    replays: list[SpaceReplay],
-    config: EngineConfig,
-    batch: int,
-    seeds: int,
-) -> str:
-    device = cold.device
-    speedup = cold_s / warm_s
-    compile_s = sum(r.compile_seconds for r in cold.results)
+def tunehub_once(
+    cache_dir: str, budget: int | None, **overrides: Any
+) -> tuple[float, ProblemResult]:
+    """Wall seconds of one tuning with a new backend (as a new `tunehub tune` would)."""
+    config = EngineConfig(cache_dir=cache_dir, **overrides)
+    started = time.monotonic()
+    backend = CpuBackend(config)
+    try:
+        result = tune(request(budget), backend, config)
+    finally:
+        backend.close()
+    return time.monotonic() - started, result
+
+
+def counts(result: ProblemResult) -> tuple[int, int]:
+    suspect = sum(r.suspect for r in result.results)
+    remeasured = sum("remeasured" in r.provenance for r in result.results)
+    return suspect, remeasured
+
+
+def name(result: ProblemResult) -> str:
+    return result.winner.variant_name if result.winner else "-"
+
+
+def run_rounds(report: Report, rounds: int, root: Path) -> None:
+    for index in range(rounds):
+        log.info("round %d: Kernel Tuner", index + 1)
+        kt_s, kt_best = kernel_tuner_once(report.configs)
+        cache = tempfile.mkdtemp(dir=root, prefix="cache-")
+        load = os.getloadavg()[0]
+        log.info("round %d: tunehub cold", index + 1)
+        cold_s, cold = tunehub_once(cache, BUDGET)
+        log.info("round %d: tunehub warm", index + 1)
+        warm_s, warm = tunehub_once(cache, BUDGET)
+        log.info("round %d: tunehub with Kernel Tuner's timing policy (warm)", index + 1)
+        policy_s, _ = tunehub_once(
+            cache, BUDGET, target_ci=0.0, min_reps=7, max_reps=7, bench_seconds=1e-6
+        )
+        suspect_cold, remeasured_cold = counts(cold)
+        suspect_warm, remeasured_warm = counts(warm)
+        report.rounds.append(
+            Round(
+                kt_s=kt_s,
+                cold_s=cold_s,
+                warm_s=warm_s,
+                kt_policy_s=policy_s,
+                cold_compile_s=sum(r.compile_seconds for r in cold.results),
+                kt_best_us=kt_best,
+                cold_winner=name(cold),
+                warm_winner=name(warm),
+                suspect=suspect_cold + suspect_warm,
+                remeasured=remeasured_cold + remeasured_warm,
+                load=load,
+            )
+        )
+        log.info("round %d: %s", index + 1, report.rounds[-1])
+
+
+def run_full(report: Report, root: Path) -> None:
+    cache = tempfile.mkdtemp(dir=root, prefix="cache-full-")
+    cold_s, cold = tunehub_once(cache, None)
+    warm_s, warm = tunehub_once(cache, None)
+    report.full = {
+        "variants": len(cold.results),
+        "cold_s": cold_s,
+        "warm_s": warm_s,
+        "cold_compile_s": sum(r.compile_seconds for r in cold.results),
+        "cold_winner": name(cold),
+        "warm_winner": name(warm),
+        "cold_winner_us": cold.winner.timing.median_us
+        if cold.winner and cold.winner.timing
+        else None,
+    }
+    log.info("full space: %s", report.full)
+
+
+def run_retunes(report: Report, root: Path, count: int) -> None:
+    cache = tempfile.mkdtemp(dir=root, prefix="cache-retune-")
+    tunehub_once(cache, BUDGET)  # fill the compile cache
+    stored: tuple[str, float] | None = None  # (variant name, median) of the stored winner
+    for index in range(count):
+        seconds, result = tunehub_once(cache, BUDGET)
+        found = result.winner
+        assert found is not None and found.timing is not None
+        if stored is None or winner_rule.replaces_incumbent(stored[1], found.timing.median_us):
+            stored = (found.variant_name, found.timing.median_us)
+        medians = {r.variant_name: r.timing.median_us for r in result.results if r.ok and r.timing}
+        fastest = min(medians.values())
+        stored_now = medians.get(stored[0])
+        report.retunes.append(
+            {
+                "seconds": seconds,
+                "winner": found.variant_name,
+                "winner_us": found.timing.median_us,
+                "fastest_us": fastest,
+                "stored": stored[0],
+                "stored_us_now": stored_now,
+                "stored_in_band": stored_now is not None
+                and winner_rule.tied_with(fastest, stored_now),
+                "suspect": counts(result)[0],
+                "remeasured": counts(result)[1],
+                "medians": medians,
+            }
+        )
+        log.info("re-tuning %d: %s", index + 1, report.retunes[-1]["winner"])
+
+
+def ratio_cell(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f}x)"
+
+
+def render(report: Report) -> str:
+    rounds = report.rounds
+    cold_ratio = [r.cold_s / r.kt_s for r in rounds]
+    warm_ratio = [r.warm_s / r.kt_s for r in rounds]
+    policy_ratio = [r.kt_policy_s / r.kt_s for r in rounds]
     lines = [
-        "# Tuning cost (CPU backend)",
+        "# Tuning cost (CPU backend), beside Kernel Tuner",
         "",
-        f"- Date: {datetime.date.today().isoformat()}",
-        f"- Machine: {device.name}, {device.sm_count} cores, ISA level {device.arch}",
-        f"- Compiler: {cold.toolchain.compiler}",
-        f"- Engine config: bench {config.bench_seconds} s, warm-up {config.warmup_seconds} s per "
-        f"variant, {batch} parallel compiles (one per core), abort at "
-        f"{config.abort_slower_than}x the best so far",
-        f"- Reproduce (repository root): `{COMMAND}`",
+        f"- Date: {report.date}",
+        f"- Machine: {report.machine}. **Shared**: other engineers ran builds and tests on its "
+        "2 cores during the run (the 1-minute load average at each round is in the table), "
+        "so absolute seconds are noisy; each round runs both tools back to back and the "
+        "ratios are taken within a round.",
+        f"- Compiler: {report.compiler}; Kernel Tuner {report.kt_version} (C backend).",
+        f"- Problem: reduce f32 row sum, {PROBLEM.key()} (the README's first job).",
+        "- tunehub engine config: defaults: timing until the median's 95% CI is within 1% "
+        "(at least 5 reps, at most 0.2 s), early stop once the whole CI lies above the best so "
+        "far plus the 2% tie band, suspect contenders (CPU share < 0.9) re-measured up to 3 "
+        "times, and the near-ties (within 5% of the fastest, at most 4) timed again in 3 "
+        "interleaved rounds before the one winner rule picks.",
+        f"- Reproduce (repository root, `pip install kernel_tuner` first): `{COMMAND}`",
         "",
-        "## (a) Cold versus warm tuning of a CPU gemm job",
+        f"## (a) {BUDGET} variants: cold and warm, alternating with Kernel Tuner",
         "",
-        "Exhaustive strategy, f32, layout rcr, every variant of the space after pruning. Cold: "
-        "empty compile cache. Warm: a new shape with every variant already compiled (one "
-        "compiled executable serves every shape), so only measuring remains.",
+        "Both tools tune the same 16 configurations: "
+        + ", ".join(f"p{c['pack']}/a{c['acc']}/u{c['unroll']}" for c in report.configs)
+        + " (the stratified sample of `--max-variants 16`). Kernel Tuner: one g++ build per "
+        "config (no cache), 7 timed calls on one cache-warm input, output checked. tunehub "
+        "cold: empty compile cache (batches of variants per g++ call, plus its runner, built "
+        "once per compiler); warm: a new backend, the cache filled (no compile), inputs "
+        "generated again; every variant verified and timed in its own forked process, on "
+        "inputs rotated through >= 64 MB.",
         "",
-        "| run | shape | variants | wall time | compile time (sum) | winner |",
-        "|---|---|---|---|---|---|",
-        f"| cold | {cold.request.problem.key()} | {len(cold.results)} | {cold_s:.1f} s | "
-        f"{compile_s:.1f} s | {cold.winner.variant_name if cold.winner else '-'} |",
-        f"| warm | {warm.request.problem.key()} | {len(warm.results)} | {warm_s:.1f} s | "
-        f"{sum(r.compile_seconds for r in warm.results):.1f} s | "
-        f"{warm.winner.variant_name if warm.winner else '-'} |",
-        "",
-        f"Warm is **{speedup:.1f}x** faster than cold (target >= {WARM_SPEEDUP_TARGET:g}x): "
-        f"**{'met' if speedup >= WARM_SPEEDUP_TARGET else 'not met'}**.",
-        "",
-        "## (b) Evaluations to land within 3% of the exhaustive optimum",
-        "",
-        "Every variant measured once (exhaustive); tpe and random then replayed on those recorded "
-        f"scores, asking {batch} candidates at a time as the engine does on this machine, "
-        f"seeds 0-{seeds - 1}. The count stops at the first evaluated variant whose median is "
-        "within 3% of the best median of the exhaustive run.",
-        "",
-        "| space | shape | variants | exhaustive best | tpe evals per seed | tpe median share "
-        f"| random evals per seed | random median share | mean evals over {MANY_SEEDS} seeds "
-        "(tpe / random) |",
+        "| round | load | Kernel Tuner | tunehub cold | tunehub warm | tunehub, KT timing "
+        "policy | cold compile (sum) | suspect / re-measured | winners (cold, warm) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for rep in replays:
+    for i, r in enumerate(rounds, 1):
         lines.append(
-            f"| {rep.label} | {rep.problem.key()} | {rep.candidates} | {rep.best_name} "
-            f"({rep.best_us:.1f} us) | {rep.tpe} | {rep.share(rep.tpe):.0%} | {rep.random} | "
-            f"{rep.share(rep.random):.0%} | {rep.tpe_mean_many:.1f} / {rep.random_mean_many:.1f} |"
+            f"| {i} | {r.load:.1f} | {r.kt_s:.2f} s | {r.cold_s:.2f} s | {r.warm_s:.2f} s | "
+            f"{r.kt_policy_s:.2f} s | {r.cold_compile_s:.2f} s | {r.suspect} / {r.remeasured} | "
+            f"{r.cold_winner}, {r.warm_winner} |"
         )
-    met = all(rep.share(rep.tpe) <= SHARE_TARGET for rep in replays)
+    cold_met = statistics.median(cold_ratio) <= COLD_TARGET
+    warm_met = statistics.median(warm_ratio) <= WARM_TARGET
     lines += [
         "",
-        f"Target: tpe's median share <= {SHARE_TARGET:.0%} in every space: "
-        f"**{'met' if met else 'not met'}**.",
+        "| ratio to Kernel Tuner (same round) | median (range) | target | met? |",
+        "|---|---|---|---|",
+        f"| tunehub cold | {ratio_cell(cold_ratio)} | <= {COLD_TARGET:g}x | "
+        f"{'yes' if cold_met else '**no**'} |",
+        f"| tunehub warm | {ratio_cell(warm_ratio)} | <= {WARM_TARGET:g}x | "
+        f"{'yes' if warm_met else '**no**'} |",
+        f"| tunehub warm, KT timing policy | {ratio_cell(policy_ratio)} | (no target) | - |",
         "",
-        "Notes: timings on a shared 2-core machine are noisy, and which variants fall inside "
-        "the 3% band changes from run to run (when several tiles tie, any strategy lands "
-        "quickly); the replay uses one exhaustive recording, so the optimum and the band are "
-        "exact for that recording. The first few tpe candidates are its seeded random "
-        "start-up (the same permutation as random's), so both often agree on small counts. "
-        "One evaluation is 2.5-3.5% of a space this size. The winner column of (a) applies "
-        "the engine's tie band (medians within 2% tie, broken by name), so it may differ from "
-        "the fastest median named in (b).",
+        f"Kernel Tuner's best time was {statistics.median(r.kt_best_us for r in rounds):.0f} us "
+        "(one input, read again and again, partly from cache); tunehub's winners time "
+        "inputs rotated out of cache, so their medians are higher and not comparable.",
         "",
     ]
+    full = report.full
+    if full:
+        ratio = full["cold_s"] / full["warm_s"]
+        lines += [
+            "## (b) The full space, cold and warm",
+            "",
+            "| variants | cold | warm | cold/warm | cold compile (sum) | winners (cold, warm) |",
+            "|---|---|---|---|---|---|",
+            f"| {full['variants']} | {full['cold_s']:.2f} s | {full['warm_s']:.2f} s | "
+            f"{ratio:.1f}x | {full['cold_compile_s']:.2f} s | {full['cold_winner']}, "
+            f"{full['warm_winner']} |",
+            "",
+            f"Target cold/warm >= {FULL_RATIO_TARGET:g}x: "
+            f"**{'met' if ratio >= FULL_RATIO_TARGET else 'not met'}**.",
+            "",
+        ]
+    if report.retunes:
+        retunes = report.retunes
+        first = retunes[0]["winner"]
+        in_band = sum(r["stored_in_band"] for r in retunes)
+        # the first job's winner again, or measured within the tie band of this job's fastest
+        same = sum(
+            r["winner"] == first
+            or (
+                first in r["medians"]
+                and winner_rule.tied_with(r["fastest_us"], r["medians"][first])
+            )
+            for r in retunes
+        )
+        stored_same = sum(r["stored"] == retunes[0]["stored"] for r in retunes)
+        lines += [
+            f"## (c) {len(retunes)} re-tunings of one problem",
+            "",
+            f"Warm, {BUDGET} variants each, a new backend each time. The stored winner follows "
+            "the store's rule (tuner.winner.replaces_incumbent: kept unless a new winner is "
+            "more than the 2% tie band faster); 'in band' compares the stored winner's median "
+            "in that re-tuning with the fastest verified median of the same re-tuning.",
+            "",
+            "| # | seconds | job winner | its median | fastest | stored winner | stored, "
+            "measured now | in band | suspect / re-measured |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for i, t in enumerate(retunes, 1):
+            now = f"{t['stored_us_now']:.1f} us" if t["stored_us_now"] else "-"
+            lines.append(
+                f"| {i} | {t['seconds']:.2f} | {t['winner']} | {t['winner_us']:.1f} us | "
+                f"{t['fastest_us']:.1f} us | {t['stored']} | {now} | "
+                f"{'yes' if t['stored_in_band'] else '**no**'} | {t['suspect']} / "
+                f"{t['remeasured']} |"
+            )
+        share = stored_same / len(retunes)
+        lines += [
+            "",
+            f"- Stored winner within the tie band of the fastest verified measurement: "
+            f"{in_band}/{len(retunes)} (target: every time) - "
+            f"**{'met' if in_band == len(retunes) else 'not met'}**.",
+            f"- Same stored winner as after the first tuning: {stored_same}/{len(retunes)} "
+            f"({share:.0%}); job winner the same as the first or a tie-band equal: "
+            f"{same}/{len(retunes)} (target >= {SAME_TARGET:.0%}) - "
+            f"**{'met' if same / len(retunes) >= SAME_TARGET else 'not met'}**.",
+            "",
+        ]
+    lines += notes(report)
     return "\n".join(lines)
+
+
+def notes(report: Report) -> list[str]:
+    """Why the misses, from this report's own figures."""
+    rounds = report.rounds
+    compile_per_variant = statistics.median(r.cold_compile_s for r in rounds) / BUDGET
+    suspect = sum(r.suspect for r in rounds)
+    measured = 2 * BUDGET * len(rounds)
+    policy = ratio_cell([r.kt_policy_s / r.kt_s for r in rounds])
+    lines = [
+        "## Why the misses",
+        "",
+        f"- **Cold <= 1.0x Kernel Tuner.** Compiling is no longer the cost: "
+        f"{compile_per_variant:.2f} s of compiler time a variant (batches of variants per g++ "
+        "call, a harness header without STL or intrinsics headers), against about 1.0 s before "
+        "this change. tunehub's reduce variant compiles its sum, max and mean paths (one "
+        "compiled variant serves every kind and every shape; Kernel Tuner's kernel is sum "
+        "only), and a cold cache also builds tunehub's runner once (about 1 s of compiler "
+        "time). The rest of the gap is the warm cost below.",
+        "- **Warm <= 0.3x Kernel Tuner.** The 'KT timing policy' column (7 reps, no confidence "
+        "target) shows what tunehub's isolation and verification cost: a forked process per "
+        f"variant, a verified output, new inputs for a new job; that is already {policy} of "
+        "Kernel Tuner's whole run including its compiles. The default policy then spends more "
+        "to pick honestly: timing to a 1% confidence interval of the median on inputs rotated "
+        "out of cache (Kernel Tuner times 7 calls on one cache-warm input), re-measuring "
+        f"suspect contenders ({suspect} of {measured} measurements in (a) ran with less than "
+        "90% of a core) and timing the near-ties again side by side. 0.3x would need both "
+        "tools' timing policies to match, which is the column that exists for that reason.",
+        "- **Full space cold/warm >= 5x.** With compiles cheap, measuring dominates both runs; "
+        "cold minus warm is the compile time, and the ratio can reach 5x only where compiling "
+        "costs four times the measuring. The old page's 9.1x (a CPU gemm job) came from about "
+        "1 s of compile a variant and did not reproduce (3.2x when re-run, issue 10); it is "
+        "replaced by this page.",
+        "- **Re-tuning stability.** The row sum is memory bound, and many variants run at the "
+        "memory bandwidth of the moment. On this shared 2-core host another tenant's work on "
+        "the other core takes memory bandwidth without taking our core, so the CPU-share "
+        "signal cannot see it, and a variant's median moves by 10-30% within seconds. The "
+        "engine therefore re-times the near-ties side by side (confirmation rounds); the "
+        "figures above show how far that gets on this host, where true ties still come out "
+        "more than the 2% tie band apart in some jobs.",
+        "- **GPU.** Not re-measured: this change had no H200 time. The last H200 run "
+        "(2026-12-02, before this change; bench/results/h200-e2e/h200-tune.json) tuned "
+        "GEMM 8192^3 (24 variants) in 117.7 s cold and a new shape in 1.6-2.2 s warm (over "
+        "50x), and reduce (42 variants) in 12.8 s cold. The CUDA backend now compiles the next "
+        "batch on the host's CPUs while the GPU times the current one.",
+        "",
+    ]
+    return lines
+
+
+def load_report(path: Path) -> Report:
+    raw = json.loads(path.read_text())
+    raw["rounds"] = [Round(**r) for r in raw["rounds"]]
+    return Report(**raw)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--bench-seconds", type=float, default=0.2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--skip-full", action="store_true")
+    parser.add_argument("--retunings", type=int, default=RETUNINGS)
     parser.add_argument(
-        "--scores-json",
-        type=Path,
-        default=None,
-        help="also save every recorded (params, score) of part (b) here",
+        "--render", type=Path, default=None, help="only render --out from this saved JSON"
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.render:
+        args.out.write_text(render(load_report(args.render)))
+        return 0
+    import kernel_tuner
 
-    with tempfile.TemporaryDirectory(prefix="tunehub-bench-") as cache_dir:
-        config = EngineConfig(cache_dir=cache_dir, bench_seconds=args.bench_seconds)
-        batch = config.compile_workers or os.cpu_count() or 1
-        backend = CpuBackend(config)
+    with tempfile.TemporaryDirectory(prefix="tunehub-bench-") as root_dir:
+        root = Path(root_dir)
+        probe = CpuBackend(EngineConfig(cache_dir=str(root / "probe")))
         try:
-
-            def gemm(problem: Problem) -> TuneRequest:
-                return TuneRequest(
-                    op="gemm", dtype="f32", layout="rcr", problem=problem, strategy="exhaustive"
-                )
-
-            log.info("cold gemm tuning of %s", COLD_SHAPE.key())
-            cold, cold_s = timed_tune(gemm(COLD_SHAPE), backend, config)
-            log.info("cold: %.1f s; warm gemm tuning of %s", cold_s, WARM_SHAPE.key())
-            warm, warm_s = timed_tune(gemm(WARM_SHAPE), backend, config)
-            log.info("warm: %.1f s; exhaustive softmax %s", warm_s, SOFTMAX_SHAPE.key())
-            softmax, _ = timed_tune(
-                TuneRequest(
-                    op="softmax",
-                    dtype="f32",
-                    layout="row",
-                    problem=SOFTMAX_SHAPE,
-                    strategy="exhaustive",
-                ),
-                backend,
-                config,
+            device = probe.device()
+            report = Report(
+                date=datetime.date.today().isoformat(),
+                machine=f"{device.name}, {device.sm_count} cores, ISA level {device.arch}",
+                compiler=probe.toolchain(probe_space()).compiler,
+                kt_version=kernel_tuner.__version__,
+                configs=sampled_configs(probe),
             )
-            replays = [
-                replay("cpu gemm f32 rcr", warm, backend, args.seeds, batch),
-                replay("cpu softmax f32", softmax, backend, args.seeds, batch),
-            ]
-            report = render_report(cold, cold_s, warm, warm_s, replays, config, batch, args.seeds)
         finally:
-            backend.close()
-    if args.scores_json:
-        args.scores_json.write_text(
-            json.dumps(
-                {rep.label: {"params": rep.params, "scores": rep.scores} for rep in replays},
-                indent=1,
-            )
-        )
+            probe.close()
+        run_rounds(report, args.rounds, root)
+        if not args.skip_full:
+            run_full(report, root)
+        if args.retunings:
+            run_retunes(report, root, args.retunings)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report)
-    log.info("wrote %s", args.out)
+    args.out.write_text(render(report))
+    raw = args.out.with_suffix(".json")
+    raw.write_text(json.dumps(report, default=lambda o: o.__dict__, indent=1))
+    log.info("wrote %s and %s", args.out, raw)
     return 0
+
+
+def probe_space() -> Any:
+    from tuner.registry import load_space
+
+    return load_space("reduce", "cpu")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ torch.sum, torch.softmax, Triton autotune) with the same function
 graph, rotating input sets over >= 2x L2, CUDA events, median), interleaved per shape, on the
 same inputs. It writes ``h200.json``, ``h200.md`` and ``h200.png`` under --out.
 Run it on the GPU host (torch and Triton there); it needs the CUTLASS headers (nvidia-cutlass).
+GEMM on real-model shapes (prefill and decode, cuBLASLt and skinny families, weight-streaming
+limit, stability re-tune) is ``bench/vs_vendor_gemm.py``.
 """
 
 from __future__ import annotations

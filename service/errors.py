@@ -3,8 +3,10 @@
     ServiceError                 base of what the service raises on purpose
     ├── DatabaseNotMigrated      the database is empty or at an older revision (startup refuses)
     └── RequestError             a refusal of a client's request, with a status code and detail
+        ├── Forbidden            403: the token may not act for this worker or lease
         ├── NotFound             404: unknown id, or nothing tuned for a query
         ├── Conflict             409: the lease is no longer held, or the state forbids the call
+        ├── BodyTooLarge         413: the request body is over the size limit
         └── InvalidInput         422: a bad field, named by ``loc`` like FastAPI's own errors
 
 ``service.store`` raises them; ``service.api.errors`` maps them to HTTP answers. Everything a
@@ -20,8 +22,10 @@ __all__ = [
     "ServiceError",
     "DatabaseNotMigrated",
     "RequestError",
+    "Forbidden",
     "NotFound",
     "Conflict",
+    "BodyTooLarge",
     "InvalidInput",
 ]
 
@@ -44,12 +48,20 @@ class RequestError(ServiceError):
         self.detail = detail
 
 
+class Forbidden(RequestError):
+    status_code = 403
+
+
 class NotFound(RequestError):
     status_code = 404
 
 
 class Conflict(RequestError):
     status_code = 409
+
+
+class BodyTooLarge(RequestError):
+    status_code = 413
 
 
 class InvalidInput(RequestError):

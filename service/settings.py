@@ -28,6 +28,14 @@ class Settings(BaseSettings):
     migrate_on_start: bool = False
     lease_seconds: int = Field(default=120, ge=1)
     read_token_required: bool = False
+    #: request bodies over this many bytes are refused with 413 (``/v1/import``: its own)
+    max_body_bytes: int = Field(default=8 << 20, ge=1024)
+    max_import_bytes: int = Field(default=64 << 20, ge=1024)
+    #: refuse uploaded measurements whose variant the op's space does not accept for the
+    #: problem and device (tuner.verify); off only for tests that upload synthetic variants
+    verify_variants: bool = True
+    #: 2: every job without its own ``confirm`` asks a second worker to re-measure winners
+    confirm: int = Field(default=1, ge=1, le=2)
     compile_workers: int = Field(default=0, ge=0)
     bench_seconds: float = Field(default=0.2, gt=0)
     #: a benchmark file (the format of docs/benchmarks/h200.json): the web UI draws its vendor

@@ -142,6 +142,9 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
         cache_dir=tmp_path / "cache",
         local_worker=False,
         lease_seconds=60,
+        # the API tests upload synthetic variants ("sha-a", {"pack": 4, "name": "a"});
+        # tests/service/test_trust.py checks real ones with verification on
+        verify_variants=False,
     )
 
 

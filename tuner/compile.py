@@ -1,9 +1,15 @@
-"""Content-addressed compile cache and a parallel builder.
+"""Content-addressed compile cache and parallel builders (one variant or a batch per compile).
 
 Key: the variant id, which already hashes the rendered source, every flag (the target arch
 among them) and the compiler's identity. Layout: ``<root>/<key[:2]>/<key>/`` holding the
 artifact, ``source`` and ``log``; a failed compile holds ``failed`` instead of the artifact, so a
 known-broken variant is not compiled again (timeouts are not cached: they may pass next time).
+
+``build_batched`` compiles many variants in one compiler invocation (one shared object with
+a symbol per variant) and still gives every variant its own entry, keyed by its own id: the
+entry's artifact is a hard link to the batch's shared object. A batch that fails to compile
+is compiled again one variant at a time, so an error is recorded against the variant that
+has it and its batch mates still build.
 
 Concurrent workers are safe: each compile writes into a private temporary folder under the
 root and renames it into place; whoever renames second discards its copy. Eviction removes
@@ -25,12 +31,21 @@ from pathlib import Path
 
 from tuner.types import CompileResult, Variant
 
-__all__ = ["CompileCache", "CachedBuild", "build_variants", "ArgvFactory"]
+__all__ = [
+    "CompileCache",
+    "CachedBuild",
+    "build_variants",
+    "build_batched",
+    "ArgvFactory",
+    "BatchSource",
+]
 
 log = logging.getLogger(__name__)
 
 #: (source path, output path, flags) -> argv of the compiler (never run through a shell)
 ArgvFactory = Callable[[Path, Path, Sequence[str]], list[str]]
+#: variants -> the source of one translation unit holding them all
+BatchSource = Callable[[Sequence[Variant]], str]
 
 
 @dataclass(frozen=True)
@@ -82,12 +97,12 @@ class CompileCache:
         return entry
 
     def size_bytes(self) -> int:
-        return sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file())
+        return sum(_share(f) for f in self.root.rglob("*") if f.is_file())
 
     def evict(self) -> int:
         """Drop least recently used entries until the cache fits; returns entries removed."""
         entries = [p for p in self.root.glob("??/*") if p.is_dir()]
-        sizes = {p: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for p in entries}
+        sizes = {p: sum(_share(f) for f in p.rglob("*") if f.is_file()) for p in entries}
         total = sum(sizes.values())
         removed = 0
         for entry in sorted(entries, key=lambda p: p.stat().st_mtime):
@@ -97,6 +112,12 @@ class CompileCache:
             total -= sizes[entry]
             removed += 1
         return removed
+
+
+def _share(path: Path) -> int:
+    """A file's size split over its hard links (a batch's object is linked by every entry)."""
+    st = path.stat()
+    return st.st_size // max(1, st.st_nlink)
 
 
 def _read(path: Path) -> str:
@@ -198,4 +219,126 @@ def build_variants(
                 result = future.result()
                 results[result.variant_id] = result
         cache.evict()
+    return results
+
+
+def _compile_batch(
+    cache: CompileCache,
+    batch: Sequence[Variant],
+    make_argv: ArgvFactory,
+    make_source: BatchSource,
+    source_name: str,
+    timeout_s: float,
+) -> dict[str, CompileResult] | None:
+    """Compile ``batch`` as one unit and publish an entry per variant; None when it failed
+    (or timed out) and has more than one variant, so the caller compiles them one by one."""
+    started = time.monotonic()
+    staged = cache.staging_dir()
+    source = staged / source_name
+    source.write_text(make_source(batch))
+    artifact = staged / cache.artifact_name
+    argv = make_argv(source, artifact, batch[0].flags)
+    limit = timeout_s * len(batch)
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=limit, cwd=staged, check=False
+        )
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(staged, ignore_errors=True)
+        if len(batch) > 1:
+            return None
+        seconds = time.monotonic() - started
+        message = f"compile timed out after {limit:.0f} s"
+        return {batch[0].id: CompileResult(batch[0].id, False, None, seconds, False, message, True)}
+    except OSError as exc:  # compiler missing: an infrastructure failure, reported per variant
+        shutil.rmtree(staged, ignore_errors=True)
+        seconds = time.monotonic() - started
+        return {v.id: CompileResult(v.id, False, None, seconds, False, str(exc)) for v in batch}
+    ok = proc.returncode == 0 and artifact.exists()
+    if not ok and len(batch) > 1:
+        shutil.rmtree(staged, ignore_errors=True)
+        return None
+    text = f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}"
+    seconds = (time.monotonic() - started) / len(batch)  # the batch's time, shared out
+    results: dict[str, CompileResult] = {}
+    for variant in batch:
+        entry = cache.staging_dir()
+        (entry / "source").write_text(variant.source)
+        (entry / "log").write_text(text)
+        if ok:
+            os.link(artifact, entry / cache.artifact_name)
+        else:
+            (entry / "failed").write_text(str(proc.returncode))
+        cache.publish(variant.id, entry)
+        final = cache.lookup(variant.id)
+        if final is None:  # should not happen; treat as failure rather than crash
+            results[variant.id] = CompileResult(variant.id, False, None, seconds, False, text)
+            continue
+        path = str(final.artifact) if final.artifact else None
+        results[variant.id] = CompileResult(variant.id, final.ok, path, seconds, False, final.log)
+    shutil.rmtree(staged, ignore_errors=True)
+    log.debug("compiled a batch of %d in %.1fs", len(batch), seconds * len(batch))
+    return results
+
+
+def build_batched(
+    cache: CompileCache,
+    variants: Sequence[Variant],
+    make_argv: ArgvFactory,
+    make_source: BatchSource,
+    *,
+    source_name: str,
+    workers: int,
+    timeout_s: float,
+    max_batch: int = 32,
+) -> dict[str, CompileResult]:
+    """Compile what the cache lacks in at least ``workers`` batches (one compiler each, run
+    in parallel) of at most ``max_batch`` variants sharing their flags. ``timeout_s`` is per
+    variant: a batch may take that times its size."""
+    results: dict[str, CompileResult] = {}
+    todo: dict[str, Variant] = {}
+    for variant in variants:
+        hit = cache.lookup(variant.id)
+        if hit is not None:
+            results[variant.id] = CompileResult(
+                variant.id, hit.ok, str(hit.artifact) if hit.artifact else None, 0.0, True, hit.log
+            )
+        else:
+            todo.setdefault(variant.id, variant)
+    if not todo:
+        return results
+    by_flags: dict[tuple[str, ...], list[Variant]] = {}
+    for variant in todo.values():
+        by_flags.setdefault(variant.flags, []).append(variant)
+    batches: list[list[Variant]] = []
+    for group in by_flags.values():
+        count = max(min(workers, len(group)), -(-len(group) // max_batch))
+        batches += [group[i::count] for i in range(count)]  # round robin: even batches
+
+    def compile_all(units: list[list[Variant]]) -> list[Variant]:
+        """Compile each unit; return the variants of units that must be split."""
+        split: list[Variant] = []
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            futures = [
+                (
+                    unit,
+                    pool.submit(
+                        _compile_batch, cache, unit, make_argv, make_source, source_name, timeout_s
+                    ),
+                )
+                for unit in units
+            ]
+            for unit, future in futures:
+                done = future.result()
+                if done is None:
+                    split += unit
+                else:
+                    results.update(done)
+        return split
+
+    failed = compile_all(batches)
+    if failed:
+        log.info("%d variants in failed batches: compiling them one by one", len(failed))
+        compile_all([[v] for v in failed])
+    cache.evict()
     return results

@@ -72,9 +72,26 @@ class EngineConfig:
     warmup_seconds: float = 0.05
     min_reps: int = 5
     max_reps: int = 10_000
+    #: adaptive timing: stop once the 95% confidence interval of the median is within this
+    #: fraction of it (after ``min_reps``; ``bench_seconds`` and ``max_reps`` cap it); 0: off
+    target_ci: float = 0.01
+    #: a measurement whose process CPU time is below this share of its wall time was taken
+    #: while another process held the core: it is flagged suspect and re-measured
+    min_cpu_share: float = 0.9
+    #: re-measurements of a suspect contender before its best try is kept (still suspect)
+    remeasure_tries: int = 3
+    #: confirmation: the verified results within ``confirm_band`` of the fastest (at most
+    #: ``confirm_max`` of them) are timed again in ``confirm_rounds`` interleaved rounds, so
+    #: that near-ties are decided side by side, not minutes apart on a drifting machine
+    #: (a shared host drifts by 10-20% over seconds: the band covers that drift, and results
+    #: stopped early as slower count when their partial median is inside it)
+    confirm_rounds: int = 3
+    confirm_band: float = 0.15
+    confirm_max: int = 6
     #: relative band inside which two medians are a tie (broken by variant name)
     tie_band: float = 0.02
     #: stop timing a candidate early once its median is this many times the best so far
+    #: (backends whose early stop tests a confidence interval use the tie band instead)
     abort_slower_than: float = 3.0
     #: compile cache size bound in bytes (least recently used artifacts are evicted)
     cache_max_bytes: int = 2 << 30

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from tuner.backends.base import Backend
 from tuner.registry import load_backend_class
-from tuner.spaces.base import VariantSpace
+from tuner.spaces.base import Params, VariantSpace
 from tuner.types import (
     BenchResult,
     CompileResult,
@@ -169,6 +169,10 @@ class SlotBackend(Backend):
         if pci:
             provenance["pci_bus_id"] = pci
         return replace(result, provenance=provenance)
+
+    def discover(self, request: TuneRequest, arch: str) -> list[Params]:
+        # vendor candidates (cuBLASLt algorithms) only the slot's own device can name
+        return self.inner.discover(request, arch)
 
     def close(self) -> None:
         self.inner.close()

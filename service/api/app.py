@@ -17,6 +17,9 @@ from fastapi import FastAPI
 
 from service.api import ui
 from service.api.errors import install_error_handlers
+from service.api.limits import IMPORT_PATH, BodyLimitMiddleware
+from service.api.metrics import install_metrics
+from service.api.openapi import install_openapi
 from service.api.routes import (
     client_results,
     configs,
@@ -68,8 +71,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.sessionmaker = make_sessionmaker(engine)
     install_error_handlers(app)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        default=settings.max_body_bytes,
+        per_path={IMPORT_PATH: settings.max_import_bytes},
+    )
     for module in (jobs, configs, measurements, workers, leases, tokens, health, client_results):
         app.include_router(module.router)
+    install_metrics(app)
     app.include_router(ui.router)
     app.mount("/ui/static", ui.static_files(), name="ui-static")
+    install_openapi(app, settings)
     return app

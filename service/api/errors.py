@@ -1,5 +1,9 @@
 """How the service's errors (:mod:`service.errors`) and FastAPI's validation errors become HTTP
-answers: one JSON body shape, ``{"detail": ...}``, never a traceback."""
+answers: one JSON body shape, ``{"detail": ...}``, never a traceback.
+
+A body that is not JSON is a 422 at ``["body", ...]`` naming the problem: malformed JSON
+(FastAPI's ``json_invalid``, with the decoder's reason), invalid UTF-8, nesting too deep.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
 
+from service.api.openapi import allowed_methods
 from service.errors import InvalidInput, RequestError
 
 __all__ = ["validation_detail", "install_error_handlers"]
@@ -32,9 +39,13 @@ def validation_detail(errors: Sequence[Any]) -> list[dict[str, Any]]:
     """FastAPI's validation errors made always serializable."""
     detail = []
     for error in errors:
+        msg = str(error.get("msg", ""))
+        reason = (error.get("ctx") or {}).get("error")
+        if error.get("type") == "json_invalid" and reason:
+            msg = f"malformed JSON: {reason}"
         item = {
             "loc": [part if isinstance(part, int) else str(part) for part in error.get("loc", ())],
-            "msg": str(error.get("msg", "")),
+            "msg": msg,
             "type": str(error.get("type", "value_error")),
         }
         if "input" in error:
@@ -43,16 +54,45 @@ def validation_detail(errors: Sequence[Any]) -> list[dict[str, Any]]:
     return detail
 
 
+def _unparsable_body(cause: BaseException) -> InvalidInput:
+    """What was wrong with a body FastAPI could not parse (it says only "error parsing")."""
+    if isinstance(cause, UnicodeDecodeError):
+        return InvalidInput(["body"], f"not valid UTF-8: {cause.reason} at byte {cause.start}")
+    if isinstance(cause, RecursionError):
+        return InvalidInput(["body"], "JSON nested too deeply")
+    return InvalidInput(["body"], f"not parsable as JSON ({type(cause).__name__})")
+
+
+def _request_error(exc: RequestError) -> JSONResponse:
+    if isinstance(exc, InvalidInput):
+        return JSONResponse(exc.body(), status_code=exc.status_code)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": validation_detail(exc.errors())}, status_code=422)
 
     @app.exception_handler(RequestError)
-    async def _request_error(_request: Request, exc: RequestError) -> JSONResponse:
-        if isinstance(exc, InvalidInput):
-            return JSONResponse(exc.body(), status_code=exc.status_code)
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+    async def _service_error(_request: Request, exc: RequestError) -> JSONResponse:
+        return _request_error(exc)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> Response:
+        # FastAPI turns anything raised while it parses a body into "400 error parsing the
+        # body": a body over the limit (raised by the limit's receive) or one not UTF-8
+        cause = exc.__cause__
+        if isinstance(cause, RequestError):
+            return _request_error(cause)
+        if exc.status_code == 400 and cause is not None:
+            return _request_error(_unparsable_body(cause))
+        if exc.status_code == 405:
+            # Starlette's Allow names the methods of one route; the path may have several
+            allowed = ", ".join(allowed_methods(request.app, request.url.path))
+            headers = {**(exc.headers or {}), "Allow": allowed}
+            return JSONResponse({"detail": exc.detail}, status_code=405, headers=headers)
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -60,7 +60,15 @@ TokenOpt = Annotated[
 ]
 DTypeOpt = Annotated[str, typer.Option("--dtype", help=f"One of {', '.join(DTYPES)}.")]
 StrategyOpt = Annotated[str, typer.Option("--strategy", help=f"One of {', '.join(STRATEGIES)}.")]
-MaxVariantsOpt = Annotated[int | None, typer.Option("--max-variants", help="Candidates at most.")]
+MaxVariantsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-variants",
+        help="Candidates at most. Exhaustive then measures the space's problem-aware order "
+        "where it has one (CUDA GEMM), else a stratified sample covering every value of every "
+        "parameter; never the first N of the enumeration.",
+    ),
+]
 MaxSecondsOpt = Annotated[float | None, typer.Option("--max-seconds", help="Seconds per problem.")]
 BackendOpt = Annotated[str, typer.Option("--backend", help=f"One of {', '.join(BACKENDS)}.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of random and model-guided search.")]

@@ -98,6 +98,12 @@ def run_tune(
         console.print(candidates_table(measurements, winners))
     for problem_status in job.problems:
         console.print(winner_line(problem_status))
+        if kept := problem_status.kept_incumbent:  # what `best` answers from now on
+            console.print(
+                f"  stored best config kept: {kept.variant_name} (this winner is within the "
+                "tie band of it)",
+                markup=False,
+            )
     if job.status != "done" or not winners:
         console.print(
             f"job {job_id} {job.status}" + (f": {job.error}" if job.error else ""), markup=False

@@ -188,12 +188,16 @@ def best_answer_lines(answer: BestConfigOut) -> list[str]:
         v for v in (answer.device.backend, answer.device.name, answer.device.arch) if v
     )
     toolchain = f"{answer.toolchain.compiler} tpl={answer.toolchain.template_version}"
+    library = answer.params.get("library")  # gemm: cutlass, cublaslt or tunehub
     return [
         f"best config ({how})",
         f"  variant     [bold]{escape(answer.variant_name)}[/bold]",
+        *([f"  library     [bold]{escape(str(library))}[/bold]"] if library else []),
         f"  params      {escape(str(answer.params))}",
         f"  median      {format_us(answer.median_us)} us",
         "  throughput  " + format_throughput(answer.throughput, answer.throughput_unit),
         f"  device      {escape(device or '?')}",
         f"  toolchain   {escape(toolchain)}",
+        "  confirmed   "
+        + ("yes: re-measured by a second worker" if answer.confirmed else "no (one worker)"),
     ]

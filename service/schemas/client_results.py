@@ -12,9 +12,12 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
 from service.schemas.common import (
+    COMPLETE_DEVICE_SCHEMA,
+    COMPLETE_TOOLCHAIN_SCHEMA,
+    NO_NUL_PATTERN,
     DeviceOut,
     DeviceReport,
     JsonDict,
@@ -23,13 +26,14 @@ from service.schemas.common import (
     SafeStr,
     ToolchainOut,
 )
-from service.schemas.worker import ToolchainReport
+from service.schemas.worker import MEDIAN_WHEN_OK, ToolchainReport
 
 __all__ = [
     "CLIENT_OP_PATTERN",
     "MAX_CLIENT_MEASUREMENTS",
     "MAX_KEY_BYTES",
     "ClientKey",
+    "CLIENT_KEY_SCHEMA",
     "canonical_key",
     "ClientMeasurementIn",
     "ClientResultsIn",
@@ -62,11 +66,29 @@ def _scalar_key(key: dict[str, Any]) -> dict[str, Any]:
     return key
 
 
-ClientKey = Annotated[JsonDict, AfterValidator(_scalar_key)]
+#: JSON schema of a key: up to 64 names to scalars (and at most MAX_KEY_BYTES as JSON)
+CLIENT_KEY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "maxProperties": 64,
+    "propertyNames": {"pattern": NO_NUL_PATTERN},
+    "additionalProperties": {
+        "anyOf": [
+            {"type": "string", "pattern": NO_NUL_PATTERN},
+            {"type": "number"},
+            {"type": "boolean"},
+            {"type": "null"},
+        ]
+    },
+}
+ClientKey = Annotated[
+    JsonDict, AfterValidator(_scalar_key), WithJsonSchema(CLIENT_KEY_SCHEMA, mode="validation")
+]
 
 
 class ClientMeasurementIn(RequestModel):
     """One config of the kernel as the client timed it."""
+
+    model_config = ConfigDict(json_schema_extra={**MEDIAN_WHEN_OK})
 
     config_name: SafeStr = Field(min_length=1, max_length=300)
     params: JsonDict
@@ -85,6 +107,19 @@ class ClientMeasurementIn(RequestModel):
 
 class ClientResultsIn(RequestModel):
     """Body of ``POST /v1/client-results`` (a ``submit``-scope token)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                {
+                    "properties": {
+                        "device": COMPLETE_DEVICE_SCHEMA,
+                        "toolchain": COMPLETE_TOOLCHAIN_SCHEMA,
+                    }
+                }
+            ]
+        }
+    )
 
     op: SafeStr = Field(pattern=CLIENT_OP_PATTERN, max_length=80)
     kernel_name: SafeStr = Field(min_length=1, max_length=200)

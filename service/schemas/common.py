@@ -10,7 +10,14 @@ import json
 import math
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+)
 
 from tuner.problems import DType, Op
 from tuner.registry import BackendName, StrategyName
@@ -21,6 +28,13 @@ __all__ = [
     "ResponseModel",
     "SafeStr",
     "JsonDict",
+    "JsonInt",
+    "INTEGRAL",
+    "ShortStr",
+    "NO_NUL_PATTERN",
+    "JSON_OBJECT_MARK",
+    "COMPLETE_DEVICE_SCHEMA",
+    "COMPLETE_TOOLCHAIN_SCHEMA",
     "Op",
     "DType",
     "Backend",
@@ -86,8 +100,68 @@ def _json_blob(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-SafeStr = Annotated[str, AfterValidator(_no_nul)]
-JsonDict = Annotated[dict[str, Any], AfterValidator(_json_blob)]
+def _integral(value: Any) -> Any:
+    # JSON has one number type: 134217729.0 is the integer 134217729 (JSON Schema agrees)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: what the JSON schema says of every SafeStr (no NUL), so that the document is exact
+NO_NUL_PATTERN = "^[^\x00]*$"
+#: marks a JsonDict in a JSON schema; service.api.openapi points it at a recursive schema
+JSON_OBJECT_MARK = "x-tunehub-json-object"
+
+
+class _NoNulSchema:
+    def __get_pydantic_json_schema__(self, core: Any, handler: Any) -> dict[str, Any]:
+        schema: dict[str, Any] = handler(core)
+        schema.setdefault("pattern", NO_NUL_PATTERN)
+        return schema
+
+
+class _JsonObjectSchema:
+    def __get_pydantic_json_schema__(self, core: Any, handler: Any) -> dict[str, Any]:
+        return {"type": "object", JSON_OBJECT_MARK: True}
+
+
+SafeStr = Annotated[str, AfterValidator(_no_nul), _NoNulSchema()]
+#: a short name (library names and versions)
+ShortStr = Annotated[str, AfterValidator(_no_nul), Field(max_length=200)]
+#: a JSON object of params or provenance: no NUL in any string, finite numbers, bounded size
+JsonDict = Annotated[dict[str, Any], AfterValidator(_json_blob), _JsonObjectSchema()]
+#: turns an integer-valued JSON number into an int; goes last in an Annotated int, after
+#: Field(ge, le), so that the bounds reach the JSON schema also inside ``| None``
+INTEGRAL = BeforeValidator(_integral)
+#: an integer: JSON integers and integer-valued numbers; never a string or a bool
+JsonInt = Annotated[int, Strict(), INTEGRAL]
+
+
+def _string_map(schema: dict[str, Any], max_length: int) -> None:
+    """A dict of SafeStr to SafeStr, said exactly (pydantic says it with patternProperties,
+    which leaves other keys unconstrained)."""
+    text = {"type": "string", "maxLength": max_length, "pattern": NO_NUL_PATTERN}
+    schema.pop("patternProperties", None)
+    schema["propertyNames"] = {"maxLength": max_length, "pattern": NO_NUL_PATTERN}
+    schema["additionalProperties"] = text
+
+
+#: a device whose key is complete (what an upload with measurements must name)
+COMPLETE_DEVICE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["name", "arch", "sm_count"],
+    "properties": {
+        "name": {"minLength": 1},
+        "arch": {"minLength": 1},
+        "sm_count": {"minimum": 1},
+    },
+}
+#: a toolchain with its compiler and template version
+COMPLETE_TOOLCHAIN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["compiler", "template_version"],
+    "properties": {"compiler": {"minLength": 1}, "template_version": {"minLength": 1}},
+}
 
 
 class RequestModel(BaseModel):
@@ -107,7 +181,9 @@ class DeviceSelector(RequestModel):
 
 
 class BudgetIn(RequestModel):
-    max_variants: StrictInt | None = Field(default=None, ge=1, le=MAX_BUDGET_VARIANTS)
+    max_variants: Annotated[int, Strict(), Field(ge=1, le=MAX_BUDGET_VARIANTS), INTEGRAL] | None = (
+        None
+    )
     max_seconds: float | None = Field(default=None, gt=0, le=MAX_BUDGET_SECONDS)
 
 
@@ -124,10 +200,10 @@ class DeviceFields(BaseModel):
     backend: Backend
     name: SafeStr = Field(default="", max_length=200)
     arch: SafeStr = Field(default="", max_length=64)
-    sm_count: StrictInt = Field(default=0, ge=0, le=1_000_000)
+    sm_count: JsonInt = Field(default=0, ge=0, le=1_000_000)
     driver: SafeStr = Field(default="", max_length=100)
     runtime: SafeStr = Field(default="", max_length=100)
-    memory_bytes: StrictInt = Field(default=0, ge=0, le=2**62)
+    memory_bytes: JsonInt = Field(default=0, ge=0, le=2**53)
 
     def is_complete(self) -> bool:
         return bool(self.name and self.arch and self.sm_count >= 1)
@@ -140,19 +216,9 @@ class DeviceReport(DeviceFields, RequestModel):
 class DeviceIn(DeviceReport):
     """A concrete device a worker registers: name, arch and sm_count are required."""
 
-    @field_validator("name", "arch")
-    @classmethod
-    def _required_text(cls, value: str) -> str:
-        if not value:
-            raise ValueError("must not be empty")
-        return value
-
-    @field_validator("sm_count")
-    @classmethod
-    def _positive_sms(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("must be >= 1")
-        return value
+    name: SafeStr = Field(min_length=1, max_length=200)
+    arch: SafeStr = Field(min_length=1, max_length=64)
+    sm_count: JsonInt = Field(ge=1, le=1_000_000)
 
 
 class DeviceOut(DeviceFields, ResponseModel):
@@ -165,7 +231,11 @@ class ToolchainFields(BaseModel):
 
     compiler: SafeStr = Field(default="", max_length=200)
     template_version: SafeStr = Field(default="", max_length=100)
-    libraries: dict[SafeStr, SafeStr] = Field(default_factory=dict, max_length=32)
+    libraries: dict[ShortStr, ShortStr] = Field(
+        default_factory=dict,
+        max_length=32,
+        json_schema_extra=lambda schema: _string_map(schema, 200),
+    )
 
 
 class ToolchainOut(ToolchainFields, ResponseModel):

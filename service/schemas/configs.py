@@ -57,6 +57,9 @@ class BestConfigOut(ResponseModel):
     device: DeviceOut
     toolchain: ToolchainOut
     measured_at: datetime
+    #: a second worker (another token, same device key) re-measured the winner within the
+    #: tie band (job ``confirm: 2``); false until then
+    confirmed: bool = False
 
 
 class ConfigQuery(RequestModel):

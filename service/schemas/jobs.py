@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, StrictInt, ValidationInfo, field_validator, model_validator
+from pydantic import Field, Strict, ValidationInfo, field_validator, model_validator
 
 from service.schemas.common import (
+    INTEGRAL,
     BudgetIn,
     BudgetOut,
     DeviceSelector,
     DType,
+    JsonInt,
     Objective,
     Op,
     RequestModel,
@@ -46,7 +48,10 @@ class JobCreate(RequestModel):
     strategy: StrategyName = "exhaustive"
     budget: BudgetIn = Field(default_factory=BudgetIn)
     objective: Objective = "time"
-    seed: StrictInt = Field(default=0, ge=0, le=2**31 - 1)
+    seed: JsonInt = Field(default=0, ge=0, le=2**31 - 1)
+    #: 2: each winner is served as confirmed only once a second worker (another token, same
+    #: device key) re-measured it within the tie band; None: the server's TUNEHUB_CONFIRM
+    confirm: Annotated[int, Strict(), Field(ge=1, le=2), INTEGRAL] | None = None
 
     @field_validator("layout")
     @classmethod
@@ -81,9 +86,13 @@ class WinnerSummary(ResponseModel):
 
 class ProblemStatus(ResponseModel):
     task_id: str
+    #: a re-measuring task (job confirm 2): the task whose winner it re-measures
+    confirm_of: str | None = None
     problem: dict[str, Any]
     status: str
     winner: WinnerSummary | None = None
+    #: the stored best config this task's winner did not replace: it was within the tie band
+    kept_incumbent: WinnerSummary | None = None
     error: str | None = None
 
 
@@ -98,6 +107,7 @@ class JobSummary(ResponseModel):
     budget: BudgetOut
     objective: str
     seed: int
+    confirm: int = 1
     created_at: datetime
     updated_at: datetime
     error: str | None = None

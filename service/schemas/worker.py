@@ -6,11 +6,14 @@ The routes, the client and the worker agent build and read these same models: on
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, StrictInt, field_validator, model_validator
+from pydantic import ConfigDict, Field, Strict, model_validator
 
 from service.schemas.common import (
+    COMPLETE_DEVICE_SCHEMA,
+    COMPLETE_TOOLCHAIN_SCHEMA,
+    INTEGRAL,
     MAX_LOG_CHARS,
     Backend,
     BudgetOut,
@@ -20,6 +23,7 @@ from service.schemas.common import (
     DeviceSelector,
     DType,
     JsonDict,
+    JsonInt,
     Objective,
     Op,
     RequestModel,
@@ -34,6 +38,7 @@ from tuner.types import Outcome
 __all__ = [
     "Outcome",
     "MAX_MEASUREMENTS_PER_UPLOAD",
+    "MEDIAN_WHEN_OK",
     "WorkerRegister",
     "WorkerOut",
     "LeaseRequest",
@@ -49,6 +54,11 @@ __all__ = [
 ]
 
 MAX_MEASUREMENTS_PER_UPLOAD = 10_000
+#: JSON schema of "median_us is required when outcome is 'ok'"
+MEDIAN_WHEN_OK: dict[str, Any] = {
+    "if": {"properties": {"outcome": {"const": "ok"}}},
+    "then": {"required": ["median_us"], "properties": {"median_us": {"type": "number"}}},
+}
 
 
 class WorkerRegister(RequestModel):
@@ -94,8 +104,8 @@ class LeaseOut(ResponseModel):
 
 
 class HeartbeatIn(RequestModel):
-    done: StrictInt = Field(default=0, ge=0, le=10**9)
-    total: StrictInt = Field(default=0, ge=0, le=10**9)
+    done: JsonInt = Field(default=0, ge=0, le=10**9)
+    total: JsonInt = Field(default=0, ge=0, le=10**9)
 
 
 class HeartbeatOut(ResponseModel):
@@ -106,6 +116,8 @@ class HeartbeatOut(ResponseModel):
 class MeasurementIn(RequestModel):
     """One variant's result (a :class:`tuner.types.BenchResult` flattened)."""
 
+    model_config = ConfigDict(json_schema_extra={**MEDIAN_WHEN_OK})
+
     variant_id: SafeStr = Field(min_length=1, max_length=64)
     variant_name: SafeStr = Field(min_length=1, max_length=300)
     params: JsonDict
@@ -114,7 +126,7 @@ class MeasurementIn(RequestModel):
     p20_us: float | None = Field(default=None, gt=0, le=1e12)
     p80_us: float | None = Field(default=None, gt=0, le=1e12)
     min_us: float | None = Field(default=None, gt=0, le=1e12)
-    reps: StrictInt | None = Field(default=None, ge=0, le=2**62)
+    reps: Annotated[int, Strict(), Field(ge=0, le=2**53), INTEGRAL] | None = None
     throughput: float | None = Field(default=None, ge=0, le=1e15)
     throughput_unit: SafeStr = Field(default="", max_length=32)
     compile_seconds: float | None = Field(default=None, ge=0, le=1e7)
@@ -139,18 +151,27 @@ class ToolchainReport(ToolchainFields, RequestModel):
 class ToolchainIn(ToolchainReport):
     """A complete toolchain (imported records): compiler and template version required."""
 
-    @field_validator("compiler", "template_version")
-    @classmethod
-    def _required_text(cls, value: str) -> str:
-        if not value:
-            raise ValueError("must not be empty")
-        return value
+    compiler: SafeStr = Field(min_length=1, max_length=200)
+    template_version: SafeStr = Field(min_length=1, max_length=100)
 
 
 class ResultsIn(RequestModel):
     """Body of ``POST /v1/leases/{id}/results``. With measurements, device and toolchain
     must be complete; a bare failure report (final, error, no measurements) may leave them
     blank or out."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"required": ["measurements"], "properties": {"measurements": {"minItems": 1}}},
+            "then": {
+                "required": ["device", "toolchain"],
+                "properties": {
+                    "device": COMPLETE_DEVICE_SCHEMA,
+                    "toolchain": COMPLETE_TOOLCHAIN_SCHEMA,
+                },
+            },
+        }
+    )
 
     device: DeviceReport | None = None
     toolchain: ToolchainReport | None = None

@@ -5,7 +5,7 @@ They live in their own tables (``client_measurements``, ``client_best_configs``)
 families like ``triton:<kernel hash>``, which no built-in op can be named, so a client upload
 can never replace a worker-verified best config. The winner rule is the service's: only
 outcome ``ok`` wins, the fastest median, ties within TIE_BAND broken by config name, and a
-stored winner is replaced only by one more than TIE_BAND faster.
+stored winner is replaced only by one more than TIE_BAND faster (:mod:`tuner.winner`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from service.store.models import (
     Toolchain,
     utcnow,
 )
-from service.store.results import TIE_BAND
 from service.store.views import device_dict, toolchain_dict
+from tuner import winner as winner_rule
 
 __all__ = ["store_client_results", "find_client_best", "client_best_dict"]
 
@@ -55,12 +55,12 @@ def client_best_dict(
 
 
 def _winner(rows: list[ClientMeasurement]) -> ClientMeasurement | None:
-    timed = [m for m in rows if m.outcome == "ok" and m.median_us is not None]
-    if not timed:
-        return None
-    best = min(m.median_us for m in timed if m.median_us is not None)
-    tied = [m for m in timed if m.median_us is not None and m.median_us <= best * (1 + TIE_BAND)]
-    return min(tied, key=lambda m: (m.config_name, m.id))
+    return winner_rule.pick(
+        rows,
+        median=lambda m: m.median_us,
+        name=lambda m: (m.config_name, m.id),
+        ok=lambda m: m.outcome == "ok",
+    )
 
 
 def _upsert(session: Session, candidate: ClientMeasurement) -> str:
@@ -82,7 +82,7 @@ def _upsert(session: Session, candidate: ClientMeasurement) -> str:
     current = session.get(ClientMeasurement, best.measurement_id)
     current_median = current.median_us if current is not None else None
     assert candidate.median_us is not None
-    if current_median is None or candidate.median_us < current_median * (1 - TIE_BAND):
+    if winner_rule.replaces_incumbent(current_median, candidate.median_us):
         best.measurement_id = candidate.id
         best.updated_at = now
         return "replaced"

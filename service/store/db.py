@@ -1,6 +1,6 @@
 """Engines, sessions and migrations.
 
-engine = make_engine(url)           SQLite gets foreign keys on and a busy timeout
+engine = make_engine(url)           SQLite gets foreign keys, a busy timeout and WAL
 upgrade(url) / downgrade(url, rev)  what ``tunehub db upgrade`` runs (Alembic)
 current_revision(url)               None on an empty database
 check_revision(engine)              raises DatabaseNotMigrated unless at head
@@ -37,6 +37,16 @@ log = logging.getLogger(__name__)
 
 _ROOT = Path(__file__).resolve().parents[2]
 
+# POOL_NOTE: a sync route holds its session's connection until the request ends, and FastAPI
+# needs a worker thread (40 of them) after the route body to validate the response; with
+# SQLAlchemy's default 5 + 10 connections, 64 concurrent job submissions left every thread
+# waiting for a connection held by requests waiting for a thread, until the 30 s pool timeout
+# (500s; bench/load.py). So the pool outgrows the thread count: unbounded on SQLite, 10 + 35
+# on PostgreSQL (two API processes stay under its default of 100 connections).
+SQLITE_POOL_SIZE = 20
+PG_POOL_SIZE = 10
+PG_MAX_OVERFLOW = 35
+
 
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; creates the parent dir of a SQLite file on first use."""
@@ -45,18 +55,34 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            # a file connection is cheap, so never make a request wait for one (see POOL_NOTE)
+            kwargs.update(pool_size=SQLITE_POOL_SIZE, max_overflow=-1)
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
     else:
-        kwargs["pool_pre_ping"] = True
+        kwargs.update(pool_pre_ping=True, pool_size=PG_POOL_SIZE, max_overflow=PG_MAX_OVERFLOW)
     engine = create_engine(url, **kwargs)
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
 
 
+#: WAL lets lookups read while a worker's upload writes (no reader ever waits on the write
+#: lock); synchronous=NORMAL is durable across a process crash in WAL mode and skips an fsync
+#: per commit; a larger page cache and memory-mapped reads keep a big best_configs table hot.
+SQLITE_PRAGMAS = (
+    "PRAGMA foreign_keys=ON",
+    "PRAGMA journal_mode=WAL",
+    "PRAGMA synchronous=NORMAL",
+    "PRAGMA cache_size=-32000",
+    "PRAGMA mmap_size=268435456",
+    "PRAGMA temp_store=MEMORY",
+)
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA foreign_keys=ON")
+    for pragma in SQLITE_PRAGMAS:
+        cursor.execute(pragma)
     cursor.close()
 
 

@@ -1,25 +1,29 @@
 """Answering "what is the best config for this problem on this device?".
 
-Exact match first. Otherwise the nearest tuned problem of the same op/dtype/layout/device:
-Euclidean distance between the log2 of the int dims; the non-int fields (reduce ``kind``) must
-be equal. Per device only its newest toolchain answers unless a ``toolchain`` is asked for
-(matched against the toolchain key, compiler or template version).
+Exact match first (one query on the unique key). Otherwise the nearest tuned problem of the
+same op/dtype/layout/device: Euclidean distance between the log2 of the int dims; the non-int
+fields (reduce ``kind``) must be equal. Per device only its newest toolchain answers unless a
+``toolchain`` is asked for (matched against the toolchain key, compiler or template version).
+Which devices and toolchains may answer, and which stored problems are nearest, come from the
+in-memory index (:mod:`service.store.best_index`), so no lookup reads every row of a device.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Engine, Row, Select, bindparam, join, select, tuple_
 from sqlalchemy.orm import Session
 
 from service.errors import NotFound
+from service.store.best_index import Snapshot, best_index_for
 from service.store.models import BestConfig, Device, Measurement, Toolchain, Variant
-from service.store.views import device_dict, toolchain_dict
 from tuner.problems import Problem
 
-__all__ = ["find_devices", "find_best", "log_distance"]
+__all__ = ["LookupQuery", "find_devices", "find_best", "find_best_many", "log_distance"]
 
 
 def find_devices(session: Session, device: str | None, backend: str | None) -> list[Device]:
@@ -52,29 +56,142 @@ def log_distance(a: dict[str, Any], b: dict[str, Any], int_dims: tuple[str, ...]
     return math.sqrt(total)
 
 
-def _toolchain_matches(toolchain: Toolchain, wanted: str) -> bool:
-    return wanted in (toolchain.key, toolchain.compiler, toolchain.template_version)
+@dataclass(frozen=True)
+class LookupQuery:
+    """One validated lookup: what ``GET /v1/configs/best`` or one batch item asks."""
+
+    op: str
+    dtype: str
+    layout: str
+    problem: Problem
+    device: str | None = None
+    backend: str | None = None
+    toolchain: str | None = None
 
 
-def _rows_for_device(
-    session: Session, op: str, dtype: str, layout: str, device: Device, toolchain: str | None
-) -> list[tuple[BestConfig, Toolchain]]:
-    rows = session.execute(
-        select(BestConfig, Toolchain)
-        .join(Toolchain, Toolchain.id == BestConfig.toolchain_id)
-        .where(
-            BestConfig.op == op,
-            BestConfig.dtype == dtype,
-            BestConfig.layout == layout,
-            BestConfig.device_id == device.id,
-        )
-    ).all()
-    if toolchain is not None:
-        return [(b, t) for b, t in rows if _toolchain_matches(t, toolchain)]
-    if not rows:
-        return []
-    newest = max((t for _, t in rows), key=lambda t: (t.created_at, t.id))
-    return [(b, t) for b, t in rows if t.id == newest.id]
+# The statements are built once: building a SQLAlchemy expression per lookup cost more than
+# running it (profile in docs/benchmarks/load.md). Plain columns, read on the Core path.
+_ANSWER = select(
+    BestConfig.id,
+    BestConfig.op,
+    BestConfig.dtype,
+    BestConfig.layout,
+    BestConfig.problem,
+    BestConfig.problem_key,
+    BestConfig.device_id,
+    BestConfig.toolchain_id,
+    BestConfig.updated_at,
+    BestConfig.confirmed,
+    Variant.id.label("variant_id"),
+    Variant.name.label("variant_name"),
+    Variant.params,
+    Measurement.median_us,
+    Measurement.p20_us,
+    Measurement.p80_us,
+    Measurement.throughput,
+    Measurement.throughput_unit,
+    Measurement.created_at.label("measured_at"),
+    Device.backend,
+    Device.name.label("device_name"),
+    Device.arch,
+    Device.sm_count,
+    Device.driver,
+    Device.runtime,
+    Device.memory_bytes,
+    Toolchain.compiler,
+    Toolchain.template_version,
+    Toolchain.libraries,
+    Toolchain.key.label("toolchain_key"),
+).select_from(
+    join(BestConfig, Measurement, Measurement.id == BestConfig.measurement_id)
+    .join(Variant, Variant.id == Measurement.variant_id)
+    .join(Device, Device.id == BestConfig.device_id)
+    .join(Toolchain, Toolchain.id == BestConfig.toolchain_id)
+)
+_PAIR = tuple_(BestConfig.device_id, BestConfig.toolchain_id)
+_EXACT = _ANSWER.where(
+    BestConfig.op == bindparam("op"),
+    BestConfig.dtype == bindparam("dtype"),
+    BestConfig.layout == bindparam("layout"),
+    BestConfig.problem_key == bindparam("key"),
+    _PAIR.in_(bindparam("pairs", expanding=True)),
+)
+_EXACT_MANY = _ANSWER.where(
+    BestConfig.op.in_(bindparam("ops", expanding=True)),
+    BestConfig.dtype.in_(bindparam("dtypes", expanding=True)),
+    BestConfig.layout.in_(bindparam("layouts", expanding=True)),
+    BestConfig.problem_key.in_(bindparam("keys", expanding=True)),
+    _PAIR.in_(bindparam("pairs", expanding=True)),
+)
+_BY_ID = _ANSWER.where(BestConfig.id.in_(bindparam("ids", expanding=True)))
+
+
+def _rows(session: Session, statement: Select[Any], **params: Any) -> list[Row[Any]]:
+    return list(session.connection().execute(statement, params))
+
+
+def _not_found(query: LookupQuery) -> NotFound:
+    where = (
+        f" on {query.device}" if query.device else (f" on {query.backend}" if query.backend else "")
+    )
+    return NotFound(
+        f"{query.op} {query.dtype} {query.layout} {query.problem.key()}{where} is not tuned "
+        "yet, and no tuned problem of that op/dtype/layout/device is near it; submit a tuning job"
+    )
+
+
+def _pairs(snapshot: Snapshot, query: LookupQuery) -> list[tuple[int, int]]:
+    devices = snapshot.device_ids(query.device, query.backend)
+    return snapshot.allowed(query.op, query.dtype, query.layout, devices, query.toolchain)
+
+
+def _answer(query: LookupQuery, rows: Sequence[Row[Any]], exact: bool) -> dict[str, Any]:
+    """The answer from candidate rows: closest first, then the most recently updated."""
+    wanted = query.problem.dims()
+    ranked: list[tuple[float, Row[Any]]] = []
+    for row in rows:
+        distance = 0.0 if exact else log_distance(wanted, row.problem, query.problem.dim_names)
+        if distance is not None:
+            ranked.append((distance, row))
+    if not ranked:
+        raise _not_found(query)
+    ranked.sort(key=lambda c: (c[0], -c[1].updated_at.timestamp(), c[1].id))
+    distance, row = ranked[0]
+    return {
+        "op": query.op,
+        "dtype": query.dtype,
+        "layout": query.layout,
+        "problem": wanted,
+        "tuned_problem": row.problem,
+        "exact": exact,
+        "distance": round(distance, 6),
+        "variant_id": row.variant_id,
+        "variant_name": row.variant_name,
+        "params": row.params,
+        "median_us": row.median_us,
+        "p20_us": row.p20_us,
+        "p80_us": row.p80_us,
+        "throughput": row.throughput,
+        "throughput_unit": row.throughput_unit,
+        "device": {
+            "backend": row.backend,
+            "name": row.device_name,
+            "arch": row.arch,
+            "sm_count": row.sm_count,
+            "driver": row.driver,
+            "runtime": row.runtime,
+            "memory_bytes": row.memory_bytes,
+            "key": f"{row.backend}:{row.device_name}:{row.arch}:{row.sm_count}",  # Device.key
+        },
+        "toolchain": {
+            "compiler": row.compiler,
+            "template_version": row.template_version,
+            "libraries": dict(row.libraries or {}),
+            "key": row.toolchain_key,
+        },
+        "measured_at": row.measured_at,
+        "confirmed": row.confirmed,
+    }
 
 
 def find_best(
@@ -88,48 +205,82 @@ def find_best(
     backend: str | None = None,
     toolchain: str | None = None,
 ) -> dict[str, Any]:
-    """The answer body of ``GET /v1/configs/best``; raises NotFound when nothing fits."""
-    wanted = problem.dims()
-    key = problem.key()
-    candidates: list[tuple[float, BestConfig, Device, Toolchain]] = []
-    for dev in find_devices(session, device, backend):
-        for best, tc in _rows_for_device(session, op, dtype, layout, dev, toolchain):
-            if best.problem_key == key:
-                distance: float | None = 0.0
-            else:
-                distance = log_distance(wanted, best.problem, problem.dim_names)
-            if distance is not None:
-                candidates.append((distance, best, dev, tc))
-    if not candidates:
-        where = f" on {device}" if device else (f" on {backend}" if backend else "")
-        raise NotFound(
-            f"{op} {dtype} {layout} {key}{where} is not tuned yet, and no tuned problem of "
-            "that op/dtype/layout/device is near it; submit a tuning job"
-        )
-    # closest first; among equals the most recently updated answer
-    candidates.sort(key=lambda c: (c[0], -c[1].updated_at.timestamp(), c[1].id))
-    distance, best, dev, tc = candidates[0]
-    measurement = session.get(Measurement, best.measurement_id)
-    assert measurement is not None
-    variant = session.get(Variant, measurement.variant_id)
-    assert variant is not None
-    return {
-        "op": op,
-        "dtype": dtype,
-        "layout": layout,
-        "problem": wanted,
-        "tuned_problem": best.problem,
-        "exact": distance == 0.0 and best.problem_key == key,
-        "distance": round(distance, 6),
-        "variant_id": variant.id,
-        "variant_name": variant.name,
-        "params": variant.params,
-        "median_us": measurement.median_us,
-        "p20_us": measurement.p20_us,
-        "p80_us": measurement.p80_us,
-        "throughput": measurement.throughput,
-        "throughput_unit": measurement.throughput_unit,
-        "device": device_dict(dev),
-        "toolchain": toolchain_dict(tc),
-        "measured_at": measurement.created_at,
+    """The answer body of ``GET /v1/configs/best``; raises NotFound when nothing fits.
+
+    The exact answer is one query on the best configs' unique key; otherwise the in-memory
+    index names the nearest rows and one query by id reads them."""
+    query = LookupQuery(op, dtype, layout, problem, device, backend, toolchain)
+    snapshot = best_index_for(_engine(session)).fresh(session)
+    pairs = _pairs(snapshot, query)
+    if not pairs:
+        raise _not_found(query)
+    rows = _rows(session, _EXACT, op=op, dtype=dtype, layout=layout, key=problem.key(), pairs=pairs)
+    if rows:
+        return _answer(query, rows, exact=True)
+    ids = snapshot.nearest(op, dtype, layout, pairs, problem.dims())
+    if not ids:
+        raise _not_found(query)
+    rows = _rows(session, _BY_ID, ids=ids)
+    return _answer(query, rows, exact=False)
+
+
+def find_best_many(
+    session: Session, queries: Sequence[LookupQuery]
+) -> list[dict[str, Any] | NotFound]:
+    """Answers to many lookups, in order (a NotFound where nothing fits), in a constant
+    number of statements: the index check, one query for every exact key and one by id for
+    every nearest answer."""
+    snapshot = best_index_for(_engine(session)).fresh(session)
+    pairs = [_pairs(snapshot, q) for q in queries]
+    wanted = {
+        (q.op, q.dtype, q.layout, q.problem.key(), d, t)
+        for q, allowed in zip(queries, pairs, strict=True)
+        for d, t in allowed
     }
+    exact: dict[tuple[str, str, str, str], list[Row[Any]]] = {}
+    if wanted:
+        rows = _rows(
+            session,
+            _EXACT_MANY,
+            ops=sorted({w[0] for w in wanted}),
+            dtypes=sorted({w[1] for w in wanted}),
+            layouts=sorted({w[2] for w in wanted}),
+            keys=sorted({w[3] for w in wanted}),
+            pairs=sorted({(w[4], w[5]) for w in wanted}),
+        )
+        for r in rows:
+            if (r.op, r.dtype, r.layout, r.problem_key, r.device_id, r.toolchain_id) in wanted:
+                exact.setdefault((r.op, r.dtype, r.layout, r.problem_key), []).append(r)
+    exact_rows: list[list[Row[Any]]] = []
+    near_ids: list[list[int]] = []
+    for query, allowed in zip(queries, pairs, strict=True):
+        candidates = exact.get((query.op, query.dtype, query.layout, query.problem.key()), [])
+        chosen = [r for r in candidates if (r.device_id, r.toolchain_id) in allowed]
+        exact_rows.append(chosen)
+        near_ids.append(
+            []
+            if chosen or not allowed
+            else snapshot.nearest(
+                query.op, query.dtype, query.layout, allowed, query.problem.dims()
+            )
+        )
+    by_id: dict[int, Row[Any]] = {}
+    all_ids = {i for ids in near_ids for i in ids}
+    if all_ids:
+        by_id = {row.id: row for row in _rows(session, _BY_ID, ids=sorted(all_ids))}
+    answers: list[dict[str, Any] | NotFound] = []
+    for query, chosen, ids in zip(queries, exact_rows, near_ids, strict=True):
+        try:
+            if chosen:
+                answers.append(_answer(query, chosen, exact=True))
+            else:
+                near = [by_id[i] for i in ids if i in by_id]
+                answers.append(_answer(query, near, exact=False))
+        except NotFound as exc:
+            answers.append(exc)
+    return answers
+
+
+def _engine(session: Session) -> Engine:
+    bind = session.get_bind()
+    return bind if isinstance(bind, Engine) else bind.engine

@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -126,6 +127,8 @@ class Job(Base):
     budget: Mapped[dict[str, Any]] = mapped_column()
     objective: Mapped[str] = mapped_column(String(16))
     seed: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: 2: each winner is re-measured by a second worker (another token, same device key)
+    confirm: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     status: Mapped[str] = mapped_column(String(16), default="queued")
     error: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -152,6 +155,11 @@ class Task(Base):
     #: this task's own winner (the best config may keep an older one inside the tie band)
     #: plain int, no foreign key: tasks and measurements would reference each other
     winner_measurement_id: Mapped[int | None] = mapped_column(Integer, default=None)
+    #: a re-measuring task (job confirm 2): the task whose winner it confirms, the device it
+    #: must run on and the token whose workers may not take it
+    confirm_of: Mapped[str | None] = mapped_column(String(32), default=None)
+    confirm_device_id: Mapped[int | None] = mapped_column(Integer, default=None)
+    confirm_exclude_token_id: Mapped[int | None] = mapped_column(Integer, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
@@ -161,6 +169,10 @@ class Worker(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(200))
+    #: the token that registered the worker: only it may lease, heartbeat and upload for it
+    token_id: Mapped[int | None] = mapped_column(
+        ForeignKey("api_tokens.id", name="fk_workers_token_id"), default=None, index=True
+    )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -200,6 +212,8 @@ class Measurement(Base):
     __tablename__ = "measurements"
     __table_args__ = (
         Index("ix_measurements_problem", "op", "dtype", "layout", "problem_key", "device_id"),
+        # one row per variant per lease: a retried upload adds nothing
+        UniqueConstraint("lease_id", "variant_id", name="uq_measurements_lease_variant"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -229,6 +243,9 @@ class Measurement(Base):
     log: Mapped[str] = mapped_column(Text, default="")
     provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
     suspect: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: who uploaded it (None for imported rows); plain ids: leases go with their tasks
+    lease_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    worker_id: Mapped[str | None] = mapped_column(String(32), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -255,6 +272,8 @@ class BestConfig(Base):
     device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
     toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
     measurement_id: Mapped[int] = mapped_column(ForeignKey("measurements.id"))
+    #: a second worker (another token, same device key) re-measured the winner in the tie band
+    confirmed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

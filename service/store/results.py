@@ -1,9 +1,8 @@
 """Storing a lease's measurements and upserting the best config, in one transaction.
 
-Winner rule: only outcome ``ok`` can win (measurements flagged ``suspect`` only when no clean
-one exists); the fastest median wins, and medians within TIE_BAND of the fastest are a tie
-broken by variant name. A stored best config is replaced only when the new winner is more
-than TIE_BAND faster, so re-tuning does not flip winners on noise. Import uses the same rule.
+Winner rule: :mod:`tuner.winner`, the same code the engine runs (only outcome ``ok`` wins,
+ties within its TIE_BAND broken by variant name, a stored best config replaced only by one
+more than TIE_BAND faster, so re-tuning does not flip winners on noise). Import uses it too.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from service.errors import Conflict, InvalidInput
 from service.schemas.worker import ResultsIn
+from service.store.confirm import queue_confirmation, refresh_key
 from service.store.keys import (
     device_row,
     ensure_variants,
@@ -24,28 +24,38 @@ from service.store.keys import (
     selector_matches,
     toolchain_row,
 )
-from service.store.models import BestConfig, Job, Measurement, Task, Variant, utcnow
+from service.store.models import (
+    BestConfig,
+    Job,
+    Lease,
+    Measurement,
+    Task,
+    Variant,
+    WorkerDevice,
+    utcnow,
+)
 from service.store.queue import held_task, refresh_job_status
+from service.store.validation import usable_id
 from service.store.views import winner_dict
+from tuner import winner as winner_rule
+from tuner.problems import problem_from_dict
+from tuner.verify import canonical_params, variant_rejection
 
-__all__ = ["TIE_BAND", "pick_winner", "upsert_best", "store_results"]
+__all__ = ["pick_winner", "upsert_best", "store_results"]
 
 log = logging.getLogger(__name__)
 
-#: relative band inside which two medians are the same speed
-TIE_BAND = 0.02
 UpsertOutcome = Literal["inserted", "replaced", "kept"]
 
 
 def pick_winner(measurements: Sequence[Measurement], names: dict[str, str]) -> Measurement | None:
-    """The winning verified measurement (see the module doc), or None."""
-    verified = [m for m in measurements if m.outcome == "ok" and m.median_us is not None]
-    clean = [m for m in verified if not m.suspect] or verified
-    if not clean:
-        return None
-    best = min(m.median_us for m in clean if m.median_us is not None)
-    tied = [m for m in clean if m.median_us is not None and m.median_us <= best * (1 + TIE_BAND)]
-    return min(tied, key=lambda m: (names.get(m.variant_id, ""), m.variant_id, m.id))
+    """The winning verified measurement by :func:`tuner.winner.pick`, or None."""
+    return winner_rule.pick(
+        measurements,
+        median=lambda m: m.median_us,
+        name=lambda m: (names.get(m.variant_id, ""), m.variant_id, m.id),
+        ok=lambda m: m.outcome == "ok",
+    )
 
 
 def upsert_best(session: Session, candidate: Measurement) -> UpsertOutcome:
@@ -73,9 +83,10 @@ def upsert_best(session: Session, candidate: Measurement) -> UpsertOutcome:
     current = session.get(Measurement, best.measurement_id)
     current_median = current.median_us if current is not None else None
     assert candidate.median_us is not None
-    if current_median is None or candidate.median_us < current_median * (1 - TIE_BAND):
+    if winner_rule.replaces_incumbent(current_median, candidate.median_us):
         best.measurement_id = candidate.id
         best.updated_at = now
+        best.confirmed = False  # until a second worker re-measures the new winner
         return "replaced"
     return "kept"
 
@@ -91,87 +102,183 @@ def _check_device(job: Job, body: ResultsIn) -> None:
         )
 
 
-def _lock_task(session: Session, task: Task) -> None:
-    """Serialize the uploads of one task: a no-op UPDATE of its row holds PostgreSQL's row
-    lock, and SQLite's write lock, until the caller commits. A retried upload that arrives
-    while the first is still being written then sees the first one's rows."""
-    session.execute(
-        update(Task)
-        .where(Task.id == task.id)
-        .values(lease_id=Task.lease_id)
-        .execution_options(synchronize_session=False)
+def _check_variants(
+    session: Session, job: Job, task: Task, body: ResultsIn, new: set[str], verify: bool
+) -> None:
+    """422 naming the measurement whose variant the op's space does not accept for the
+    task's problem on the reported device, or whose id is stored with other params."""
+    assert body.device is not None
+    known = {row.id: row for row in session.scalars(select(Variant).where(Variant.id.in_(new)))}
+    problem = problem_from_dict(job.op, dict(task.problem)) if verify else None
+    for index, item in enumerate(body.measurements):
+        if item.variant_id not in new:
+            continue
+        loc: list[str | int] = ["body", "measurements", index]
+        stored = known.get(item.variant_id)
+        if stored is not None and (
+            stored.op != job.op
+            or stored.name != item.variant_name
+            or canonical_params(stored.params) != canonical_params(item.params)
+        ):
+            raise InvalidInput(
+                [*loc, "variant_id"],
+                f"variant {item.variant_id} is stored as {stored.op} {stored.name!r} with other "
+                "params",
+            )
+        if problem is None:
+            continue
+        reason = variant_rejection(
+            job.op,
+            body.device.backend,
+            job.dtype,
+            job.layout,
+            body.device.arch,
+            problem,
+            item.params,
+            item.variant_name,
+            pruned_ok=item.outcome == "pruned",
+        )
+        if reason is not None:
+            raise InvalidInput([*loc, "variant_name"], f"{item.variant_name!r}: {reason}")
+
+
+def _check_registered(session: Session, worker_id: str, device_id: int, body: ResultsIn) -> None:
+    registered = session.scalar(
+        select(WorkerDevice.device_id).where(
+            WorkerDevice.worker_id == worker_id, WorkerDevice.device_id == device_id
+        )
     )
-    session.refresh(task)
+    if registered is None:
+        assert body.device is not None
+        raise InvalidInput(
+            ["body", "device"],
+            f"device {body.device.backend}:{body.device.name}:{body.device.arch}:"
+            f"{body.device.sm_count} is not one this worker registered",
+        )
 
 
-def _stored_variants(
-    session: Session, task: Task, device_id: int, toolchain_id: int, body: ResultsIn
+def _stored_variants(session: Session, lease_id: str, variant_ids: set[str]) -> set[str]:
+    """Which of ``variant_ids`` this lease has already stored (a retried upload)."""
+    if not variant_ids:
+        return set()
+    return set(
+        session.scalars(
+            select(Measurement.variant_id).where(
+                Measurement.lease_id == lease_id, Measurement.variant_id.in_(variant_ids)
+            )
+        )
+    )
+
+
+def _task_variants(
+    session: Session, task: Task, device_id: int, toolchain_id: int, variant_ids: set[str]
 ) -> set[str]:
-    """Variants of the batch this task already has a measurement of (same device and
-    toolchain): an upload is idempotent, so a retried batch adds no rows."""
+    """Which of ``variant_ids`` the task already holds for this device and toolchain, from
+    any of its leases: a task leased again after its worker died keeps one row per variant."""
+    if not variant_ids:
+        return set()
     return set(
         session.scalars(
             select(Measurement.variant_id).where(
                 Measurement.task_id == task.id,
                 Measurement.device_id == device_id,
                 Measurement.toolchain_id == toolchain_id,
-                Measurement.variant_id.in_({m.variant_id for m in body.measurements}),
+                Measurement.variant_id.in_(variant_ids),
             )
         )
     )
 
 
-def store_results(session: Session, lease_id: str, body: ResultsIn) -> dict[str, Any]:
+def _replayed_answer(session: Session, task: Task, stored: int) -> dict[str, Any]:
+    """The answer of a final upload, given again to its retry."""
+    winner = None
+    if task.winner_measurement_id is not None:
+        measurement = session.get(Measurement, task.winner_measurement_id)
+        variant = session.get(Variant, measurement.variant_id) if measurement else None
+        if measurement is not None and variant is not None:
+            winner = winner_dict(measurement, variant)
+    return {"stored": stored, "winner": winner, "task_status": task.status}
+
+
+def _lock_task(session: Session, lease_id: str) -> None:
+    """Take the lease's task row for this transaction (a no-op UPDATE: a row lock on
+    PostgreSQL, the write lock on SQLite), so that two copies of one upload arriving at once
+    run one after the other and the second sees what the first stored."""
+    lease = session.get(Lease, lease_id) if usable_id(lease_id) else None
+    if lease is not None:
+        session.execute(
+            update(Task)
+            .where(Task.id == lease.task_id)
+            .values(lease_id=Task.lease_id)
+            .execution_options(synchronize_session=False)
+        )
+
+
+def store_results(
+    session: Session, lease_id: str, body: ResultsIn, *, verify: bool = True
+) -> dict[str, Any]:
     """Store a batch for the lease; on ``final`` end the task and upsert the best config.
 
-    Idempotent: a measurement of a variant the task already holds (same device and toolchain)
-    is not stored again, so a retried batch adds no rows and a re-leased task keeps one row
-    per variant. Raises NotFound (unknown lease), Conflict (lease lost or already final) or
+    Idempotent: a measurement is stored once per task, variant, device and toolchain (and the
+    database keys rows by lease and variant), so a retried batch adds no rows, a task leased
+    again after its worker died keeps one row per variant, and a retried final upload gets
+    the answer of the first. The device must be one the
+    lease's worker registered, and with ``verify`` every variant one the op's space accepts
+    for the problem on that device (:func:`tuner.verify.variant_rejection`). Raises NotFound
+    (unknown lease), Conflict (lease lost, or new measurements after the final one) or
     InvalidInput.
     Commits nothing; the caller commits once, so the batch and the upsert land together.
     """
-    _lease, task = held_task(session, lease_id)
-    _lock_task(session, task)
-    _lease, task = held_task(session, lease_id)  # again, now that nobody else can change it
+    _lock_task(session, lease_id)
+    lease, task = held_task(session, lease_id)
+    batch = {item.variant_id: item for item in body.measurements}
+    already = _stored_variants(session, lease.id, set(batch))
     if task.status in ("done", "failed"):
+        if body.final and set(batch) <= already:
+            return _replayed_answer(session, task, len(batch))
         raise Conflict(f"lease {lease_id} is finished: the task is {task.status}")
     job = session.get(Job, task.job_id)
     assert job is not None
-    stored: list[Measurement] = []
     device_id = toolchain_id = None
-    if body.measurements:
+    if batch:
         assert body.device is not None and body.toolchain is not None
         _check_device(job, body)
         device = device_row(session, **body.device.model_dump())
         toolchain = toolchain_row(session, **body.toolchain.model_dump())
         device_id, toolchain_id = device.id, toolchain.id
+        _check_registered(session, lease.worker_id, device.id, body)
+        # a variant the task holds already (this lease's retried batch, or an earlier lease's
+        # measurement) is not stored again; the first measurement stays
+        already |= _task_variants(session, task, device.id, toolchain.id, set(batch))
+        _check_variants(session, job, task, body, set(batch) - already, verify)
         ensure_variants(
-            session, job.op, [(m.variant_id, m.variant_name, m.params) for m in body.measurements]
+            session, job.op, [(m.variant_id, m.variant_name, m.params) for m in batch.values()]
         )
-        seen = _stored_variants(session, task, device_id, toolchain_id, body)
-        for item in body.measurements:
-            if item.variant_id in seen:
-                continue  # a retried batch, or a variant the task's earlier lease measured
-            seen.add(item.variant_id)
-            fields = item.model_dump(exclude={"variant_name", "params"})
-            measurement = Measurement(
-                **fields,
-                task_id=task.id,
-                job_id=job.id,
-                op=job.op,
-                dtype=job.dtype,
-                layout=job.layout,
-                problem=task.problem,
-                problem_key=task.problem_key,
-                device_id=device.id,
-                toolchain_id=toolchain.id,
-            )
-            session.add(measurement)
-            stored.append(measurement)
-        session.flush()
+        now = utcnow()
+        rows = [
+            {
+                **item.model_dump(exclude={"variant_name", "params"}),
+                "task_id": task.id,
+                "job_id": job.id,
+                "op": job.op,
+                "dtype": job.dtype,
+                "layout": job.layout,
+                "problem": task.problem,
+                "problem_key": task.problem_key,
+                "device_id": device.id,
+                "toolchain_id": toolchain.id,
+                "lease_id": lease.id,
+                "worker_id": lease.worker_id,
+                "created_at": now,
+            }
+            for variant_id, item in batch.items()
+            if variant_id not in already
+        ]
+        # ON CONFLICT DO NOTHING: two concurrent retries of one batch store it once
+        insert_ignore(session, Measurement, rows)
     winner = _finish(session, task, job, body, device_id, toolchain_id) if body.final else None
     session.flush()
-    return {"stored": len(stored), "winner": winner, "task_status": task.status}
+    return {"stored": len(batch), "winner": winner, "task_status": task.status}
 
 
 def _finish(
@@ -203,6 +310,9 @@ def _finish(
     if winner is not None:
         outcome = upsert_best(session, winner)
         log.info("task %s: winner %s (%s best config)", task.id, names[winner.variant_id], outcome)
+        device_id, toolchain_id = winner.device_id, winner.toolchain_id
+    if device_id is not None and toolchain_id is not None:
+        refresh_key(session, job, task, device_id, toolchain_id, winner_rule.TIE_BAND)
     if task.status != "cancelled":
         if body.error:
             task.status, task.error = "failed", body.error
@@ -210,6 +320,8 @@ def _finish(
             task.status = "done"
             if winner is None and measurements:
                 task.error = "no candidate verified"
+            elif winner is not None:
+                queue_confirmation(session, job, task, winner)
     task.winner_measurement_id = winner.id if winner is not None else None
     task.lease_expires_at = None
     if task.progress_total == 0:

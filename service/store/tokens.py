@@ -2,6 +2,10 @@
 
 Scopes: ``read``, ``submit``, ``worker``, ``admin``; admin implies every other scope and any
 valid token may read.
+
+A worker is bound to the token that registered it: only that token may lease tasks for it,
+heartbeat its leases and upload its results (:func:`owned_worker`, :func:`check_lease_owner`),
+so one worker token cannot act for another host's worker.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from collections.abc import Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.store.models import ApiToken
+from service.errors import Forbidden, NotFound
+from service.store.models import ApiToken, Lease, Worker
+from service.store.validation import usable_id
 
 __all__ = [
     "SCOPES",
@@ -23,6 +29,8 @@ __all__ = [
     "create_token",
     "authenticate",
     "has_scope",
+    "owned_worker",
+    "check_lease_owner",
 ]
 
 SCOPES = ("read", "submit", "worker", "admin")
@@ -65,3 +73,30 @@ def authenticate(session: Session, token: str) -> ApiToken | None:
 def has_scope(granted: Iterable[str], required: str) -> bool:
     granted = set(granted)
     return "admin" in granted or required in granted or (required == "read" and bool(granted))
+
+
+def owned_worker(session: Session, worker_id: str, token: ApiToken) -> Worker:
+    """The worker ``worker_id`` if ``token`` registered it; NotFound or Forbidden otherwise."""
+    worker = session.get(Worker, worker_id) if usable_id(worker_id) else None
+    if worker is None:
+        raise NotFound(f"worker {worker_id!r} not found; register with POST /v1/workers")
+    if worker.token_id is None or worker.token_id != token.id:
+        raise Forbidden(
+            f"worker {worker_id} was registered with another token; a worker token may act "
+            "only for the workers it registered (register this host with POST /v1/workers)"
+        )
+    return worker
+
+
+def check_lease_owner(session: Session, lease_id: str, token: ApiToken) -> None:
+    """Forbidden unless the lease's worker was registered by ``token``. An unknown lease is
+    left to the caller's own lookup (404)."""
+    lease = session.get(Lease, lease_id) if usable_id(lease_id) else None
+    if lease is None:
+        return
+    worker = session.get(Worker, lease.worker_id)
+    if worker is None or worker.token_id is None or worker.token_id != token.id:
+        raise Forbidden(
+            f"lease {lease_id} belongs to a worker registered with another token; a worker "
+            "token may heartbeat and upload only for the leases its own workers hold"
+        )

@@ -44,7 +44,7 @@ class MeasurementRecord(RequestModel):
     p20_us: float | None = Field(default=None, gt=0, le=1e12)
     p80_us: float | None = Field(default=None, gt=0, le=1e12)
     min_us: float | None = Field(default=None, gt=0, le=1e12)
-    reps: int | None = Field(default=None, ge=0, le=2**62)
+    reps: int | None = Field(default=None, ge=0, le=2**53)
     throughput: float | None = Field(default=None, ge=0, le=1e15)
     throughput_unit: SafeStr = Field(default="", max_length=32)
     compile_seconds: float | None = Field(default=None, ge=0, le=1e7)
@@ -120,6 +120,8 @@ def _parse(text: str) -> list[ExportRecord]:
         check_layout(record.op, record.layout, ["body", number, "layout"])
         parse_problem(record.op, record.problem, ["body", number, "problem"])
         records.append(record)
+    if not records:
+        raise InvalidInput(["body"], "no records: send JSON lines as GET /v1/export writes them")
     return records
 
 

@@ -8,7 +8,15 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.schemas.common import FINISHED_STATUSES
-from service.store.models import Device, Job, Measurement, Task, Toolchain, Variant
+from service.store.models import (
+    BestConfig,
+    Device,
+    Job,
+    Measurement,
+    Task,
+    Toolchain,
+    Variant,
+)
 
 __all__ = [
     "device_dict",
@@ -100,6 +108,7 @@ def job_dict(session: Session, job: Job, *, with_problems: bool) -> dict[str, An
         "budget": job.budget,
         "objective": job.objective,
         "seed": job.seed,
+        "confirm": job.confirm,
         "created_at": job.created_at,
         "updated_at": job.updated_at,
         "error": job.error,
@@ -114,6 +123,7 @@ def job_dict(session: Session, job: Job, *, with_problems: bool) -> dict[str, An
     if with_problems:
         winner_ids = [task.winner_measurement_id for task in tasks if task.winner_measurement_id]
         winners: dict[int, dict[str, Any]] = {}
+        kept: dict[int, dict[str, Any]] = {}
         if winner_ids:
             rows = session.execute(
                 select(Measurement, Variant)
@@ -121,17 +131,45 @@ def job_dict(session: Session, job: Job, *, with_problems: bool) -> dict[str, An
                 .where(Measurement.id.in_(winner_ids))
             ).all()
             winners = {m.id: winner_dict(m, v) for m, v in rows}
+            kept = _kept_incumbents(session, [m for m, _ in rows])
         body["problems"] = [
             {
                 "task_id": task.id,
+                "confirm_of": task.confirm_of,
                 "problem": task.problem,
                 "status": task.status,
                 "winner": winners.get(task.winner_measurement_id or -1),
+                "kept_incumbent": kept.get(task.winner_measurement_id or -1),
                 "error": task.error,
             }
             for task in tasks
         ]
     return body
+
+
+def _kept_incumbents(
+    session: Session, task_winners: list[Measurement]
+) -> dict[int, dict[str, Any]]:
+    """{task winner id: the stored best config it did not replace}, for winners whose key's
+    best config kept an earlier measurement inside the tie band (tuner.winner)."""
+    kept: dict[int, dict[str, Any]] = {}
+    for m in task_winners:
+        row = session.execute(
+            select(Measurement, Variant)
+            .join(BestConfig, BestConfig.measurement_id == Measurement.id)
+            .join(Variant, Variant.id == Measurement.variant_id)
+            .where(
+                BestConfig.op == m.op,
+                BestConfig.dtype == m.dtype,
+                BestConfig.layout == m.layout,
+                BestConfig.problem_key == m.problem_key,
+                BestConfig.device_id == m.device_id,
+                BestConfig.toolchain_id == m.toolchain_id,
+            )
+        ).first()
+        if row is not None and row[0].id != m.id:
+            kept[m.id] = winner_dict(row[0], row[1])
+    return kept
 
 
 def count_by(session: Session, column: Any) -> dict[str, int]:

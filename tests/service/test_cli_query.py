@@ -28,7 +28,10 @@ def sqlite_settings(tmp_path: Path, _sqlite_template: Path) -> Settings:
     path = tmp_path / "tunehub.db"
     shutil.copyfile(_sqlite_template, path)
     return Settings(
-        database_url=f"sqlite:///{path}", data_dir=tmp_path / "d", cache_dir=tmp_path / "c"
+        database_url=f"sqlite:///{path}",
+        data_dir=tmp_path / "d",
+        cache_dir=tmp_path / "c",
+        verify_variants=False,  # tune() uploads a synthetic variant
     )
 
 

@@ -37,6 +37,7 @@ def sqlite_settings(tmp_path: Path, _sqlite_template: Path) -> Settings:
         data_dir=tmp_path / "data",
         cache_dir=tmp_path / "cache",
         local_worker=False,
+        verify_variants=False,  # seed_best_config uploads a synthetic variant
     )
 
 

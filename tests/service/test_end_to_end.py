@@ -39,7 +39,9 @@ class LiveServer:
 
 @pytest.fixture
 def live_server(settings: Settings) -> Iterator[LiveServer]:
-    """The app behind uvicorn in a thread; an admin token in the data dir as serve writes it."""
+    """The app behind uvicorn in a thread; an admin token in the data dir as serve writes it.
+    Real workers upload real variants: the service verifies them as it does by default."""
+    settings = settings.model_copy(update={"verify_variants": True})
     settings.ensure_dirs()
     token_file = ensure_admin_token(settings)
     worker_token = create_token_in_db(settings.database_url, "test-worker", ["worker"])

@@ -48,8 +48,9 @@ from service.store.models import (
     Variant,
     Worker,
 )
-from service.store.results import TIE_BAND, pick_winner
+from service.store.results import pick_winner
 from service.store.tokens import create_token
+from tuner.winner import TIE_BAND
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]

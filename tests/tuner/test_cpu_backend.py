@@ -148,3 +148,73 @@ def test_ok_and_aborted_runs(backend: CpuBackend) -> None:
     aborted = backend.run(variant, built.artifact, request, abort_above_us=1e-6)
     assert aborted.outcome is Outcome.ABORTED_SLOW
     assert aborted.timing is not None and aborted.timing.reps == backend.config.min_reps
+
+
+def test_a_batch_keeps_every_variant_isolated(tmp_path: Path) -> None:
+    """One compiler invocation for the batch; a compile error, a crash and a wrong answer stay
+    the outcome of their own variant and a good one in the same batch still runs."""
+    backend = CpuBackend(quick_config(tmp_path, compile_workers=1, run_timeout_s=5.0))
+    try:
+        arch = backend.device().arch
+        good = render_variant(
+            CpuReduceSpace(),
+            {"pack": 4, "acc": 2, "unroll": 1},
+            "f32",
+            "row",
+            arch,
+            backend.base_flags(arch),
+            backend.compiler_identity(),
+        )
+        crash, wrong = broken_variant(backend, "crashes"), broken_variant(backend, "wrong")
+        builds = backend.build([crash, good, wrong])
+        assert all(b.ok and b.artifact for b in builds.values())
+        inodes = {Path(b.artifact).stat().st_ino for b in builds.values() if b.artifact}
+        assert len(inodes) == 1  # one shared object serves the whole batch
+        request = reduce_request(m=8, k=256)
+        outcomes = {
+            v.name: backend.run(v, builds[v.id].artifact or "", request).outcome
+            for v in (crash, good, wrong)
+        }
+        assert outcomes == {
+            crash.name: Outcome.RUNTIME_ERROR,
+            good.name: Outcome.OK,
+            wrong.name: Outcome.WRONG_RESULT,
+        }
+        # a variant that does not compile splits its batch: the others still build
+        broken = broken_variant(backend, "does_not_compile")
+        other = render_variant(
+            CpuReduceSpace(),
+            {"pack": 2, "acc": 1, "unroll": 1},
+            "f32",
+            "row",
+            arch,
+            backend.base_flags(arch),
+            backend.compiler_identity(),
+        )
+        split = backend.build([broken, other])
+        assert not split[broken.id].ok and "this_is_not_declared" in split[broken.id].log
+        assert split[other.id].ok and not split[other.id].cached
+        assert backend.run(other, split[other.id].artifact or "", request).outcome is Outcome.OK
+    finally:
+        backend.close()
+
+
+def test_measurement_reports_reps_spread_and_cpu_share(backend: CpuBackend) -> None:
+    variant = render_variant(
+        CpuReduceSpace(),
+        {"pack": 8, "acc": 2, "unroll": 1},
+        "f32",
+        "row",
+        backend.device().arch,
+        backend.base_flags(backend.device().arch),
+        backend.compiler_identity(),
+    )
+    built = backend.build([variant])[variant.id]
+    assert built.artifact
+    result = backend.run(variant, built.artifact, reduce_request(m=64, k=2048))
+    assert result.ok and result.timing is not None
+    assert result.timing.reps >= backend.config.min_reps
+    prov = result.provenance
+    assert 0.0 < prov["cpu_share"] <= 1.05
+    assert prov["median_ci_rel"] >= 0.0 and prov["spread"] == result.timing.spread
+    assert result.suspect == (prov["cpu_share"] < backend.config.min_cpu_share)

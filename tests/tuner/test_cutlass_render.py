@@ -19,10 +19,17 @@ SM90_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)
 ABI_SYMBOLS = ("tunehub_can_run", "tunehub_workspace_bytes", "tunehub_run", "tunehub_describe")
 
 
+def _cutlass(space, dtype: str, layout: str, arch: str) -> list:
+    """The space's CUTLASS params (the gemm space also holds the skinny family)."""
+    return [
+        p for p in space.enumerate(dtype, layout, arch) if p.get("family") in ("sm90", "sm80", None)
+    ]
+
+
 def _render_all(space, dtype: str, layout: str, arch: str) -> list:
     return [
         render_variant(space, params, dtype, layout, arch, SM90_FLAGS, "nvcc test")
-        for params in space.enumerate(dtype, layout, arch)
+        for params in _cutlass(space, dtype, layout, arch)
     ]
 
 
@@ -100,7 +107,7 @@ def test_sm90_order_puts_the_anchors_first() -> None:
 
 
 def test_sm90_space_holds_only_buildable_schedules() -> None:
-    for p in CudaGemmSpace().enumerate("bf16", "rcr", "sm_90"):
+    for p in _cutlass(CudaGemmSpace(), "bf16", "rcr", "sm_90"):
         tile_mn = p["tile_m"] * p["tile_n"]
         if p["schedule"] == "coop":
             assert p["tile_m"] >= 128 and tile_mn <= 128 * 256
@@ -112,8 +119,8 @@ def test_sm90_space_holds_only_buildable_schedules() -> None:
 
 def test_sm86_uses_the_smaller_shared_memory() -> None:
     space = CudaGemmSpace()
-    sm80 = list(space.enumerate("f16", "rcr", "sm_80"))
-    sm86 = list(space.enumerate("f16", "rcr", "sm_86"))
+    sm80 = _cutlass(space, "f16", "rcr", "sm_80")
+    sm86 = _cutlass(space, "f16", "rcr", "sm_86")
     assert len(sm86) < len(sm80)
     for p in sm86:
         assert p["stages"] * (p["tile_m"] + p["tile_n"]) * p["tile_k"] * 2 <= 99 * 1024
@@ -136,7 +143,7 @@ def test_sm80_split_k_is_pruned_on_short_k() -> None:
 
 
 def test_sm90_split_k_axis() -> None:
-    params = list(CudaGemmSpace().enumerate("f16", "rcr", "sm_90"))
+    params = _cutlass(CudaGemmSpace(), "f16", "rcr", "sm_90")
     split = [p for p in params if p["splits"] > 1]
     assert {p["splits"] for p in split} == {2, 4, 8}
     # every cooperative stream-K kernel of the default raster/swizzle comes in each split
@@ -161,7 +168,7 @@ def test_sm90_split_k_axis() -> None:
 def test_sm90_split_k_is_pruned_on_short_k() -> None:
     space = CudaGemmSpace()
     split8 = next(
-        p for p in space.enumerate("f16", "rcr", "sm_90") if p["splits"] == 8 and p["tile_k"] == 64
+        p for p in _cutlass(space, "f16", "rcr", "sm_90") if p["splits"] == 8 and p["tile_k"] == 64
     )
     # 15 k-tiles of 64 cannot feed 8 splits two k-tiles each
     reason = space.prune(split8, GemmProblem(16, 4096, 960), "f16", "rcr")
@@ -173,7 +180,7 @@ def _ordered_names(problem: GemmProblem, space: CudaGemmSpace | None = None) -> 
     space = space or CudaGemmSpace()
     kept = [
         p
-        for p in space.enumerate("f16", "rcr", "sm_90")
+        for p in _cutlass(space, "f16", "rcr", "sm_90")
         if space.prune(p, problem, "f16", "rcr") is None
     ]
     ordered = space.order(kept, problem, "f16", "rcr")
@@ -220,8 +227,9 @@ def test_candidate_params_uses_the_space_order() -> None:
     request = TuneRequest(op="gemm", dtype="f16", layout="rcr", problem=problem, backend="cuda")
     kept, pruned = candidate_params(request, "sm_90", "cuda")
     space = CudaGemmSpace()
-    assert [space.name(p, "f16", "rcr") for p in kept] == _ordered_names(problem)
-    assert pruned == []  # aligned, and k=4096 is deep enough for every split
+    cutlass = [space.name(p, "f16", "rcr") for p in kept if p["library"] == "cutlass"]
+    assert cutlass == _ordered_names(problem)
+    assert not [p for p, _ in pruned if p["library"] == "cutlass"]  # aligned, k deep enough
 
 
 def test_the_default_order_keeps_the_candidates() -> None:
@@ -229,7 +237,7 @@ def test_the_default_order_keeps_the_candidates() -> None:
     params = list(space.enumerate("f32", "rcr", "x86_64-avx2"))[:5]
     assert space.order(params, GemmProblem(64, 64, 64), "f32", "rcr") == params
     sm80 = CudaGemmSpace()
-    params = list(sm80.enumerate("f16", "rcr", "sm_80"))[:5]
+    params = _cutlass(sm80, "f16", "rcr", "sm_80")[:5]
     assert sm80.order(params, GemmProblem(64, 64, 64), "f16", "rcr") == params
 
 

@@ -147,3 +147,22 @@ def test_tpe_with_a_single_candidate_or_constant_params() -> None:
 def test_registry_names(name: str) -> None:
     cls = load_strategy_class(name)
     assert cls.name == name
+
+
+def test_a_budget_cut_samples_every_value_of_every_axis() -> None:
+    from tuner.spaces.cpu_reduce import CpuReduceSpace
+
+    spaces = [gemm_like_candidates(), list(CpuReduceSpace().enumerate("f32", "row", "x86_64"))]
+    for candidates in spaces:
+        axes = {key: {p[key] for p in candidates} for key in candidates[0]}
+        budget = max(len(values) for values in axes.values())
+        strategy = ExhaustiveStrategy(candidates, budget=budget)
+        picked = [candidates[i] for i in strategy.ask(budget)]
+        for key, values in axes.items():
+            assert {p[key] for p in picked} == values, key
+        # the rest follows, each candidate once
+        rest = strategy.ask(len(candidates))
+        assert len(set(rest)) == len(candidates) - budget
+    # no cut: the space's own order
+    plain = ExhaustiveStrategy(gemm_like_candidates())
+    assert plain.ask(5) == [0, 1, 2, 3, 4]

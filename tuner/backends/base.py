@@ -4,6 +4,7 @@
     backend.toolchain(space)               -> Toolchain  (compiler + template version + libs)
     backend.build(variants)                -> {variant_id: CompileResult}, cached and parallel
     backend.run(variant, artifact, request, abort_above_us) -> BenchResult
+    backend.discover(request, arch)        -> [params] found on the device (vendor algorithms)
 
 ``run`` must verify the variant's output against a reference before its timing counts, and
 must turn a crash, a hang or a wrong answer into that variant's outcome, never an exception.
@@ -14,7 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from tuner.spaces.base import VariantSpace
+from tuner.spaces.base import Params, VariantSpace
 from tuner.types import (
     BenchResult,
     CompileResult,
@@ -30,6 +31,14 @@ __all__ = ["Backend"]
 
 class Backend(ABC):
     name: str
+    #: True when compiling does not disturb what ``run`` measures (a GPU timed while the
+    #: host's CPUs compile): the engine then builds the next batch while timing this one
+    compile_overlaps_measure: bool = False
+    #: True when ``run`` stops early only once the confidence interval of its median lies
+    #: wholly above ``abort_above_us``: the engine then passes the best median so far times
+    #: (1 + tie band), "clearly slower than the best"; otherwise it passes the best times
+    #: ``EngineConfig.abort_slower_than`` and the backend compares its running median
+    ci_early_stop: bool = False
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -59,6 +68,11 @@ class Backend(ABC):
         request: TuneRequest,
         abort_above_us: float | None = None,
     ) -> BenchResult: ...
+
+    def discover(self, request: TuneRequest, arch: str) -> list[Params]:
+        """Candidates that only the device can name for this problem (e.g. the algorithms a
+        vendor library's heuristic returns), or none; failures log and return none."""
+        return []
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release device slots, harness processes and pools."""

@@ -1,9 +1,15 @@
-"""The CPU backend: g++ builds one harness executable per variant, a subprocess measures it.
+"""The CPU backend: g++ builds batches of variants into shared objects, a runner times one.
 
-Every executable includes ``kernel_templates/cpu/_harness.h`` (its top documents the command
-line and the template contract). ``run`` writes random inputs to a private folder once per
-problem, runs the executable with a timeout (never through a shell), verifies the output it
-wrote against :mod:`tuner.reference` and only then turns its samples into a timing.
+Variants include ``kernel_templates/cpu/_harness.h`` (the template contract); ``build``
+compiles many of them per compiler invocation (:mod:`tuner.backends.cpu_batch`,
+:func:`tuner.compile.build_batched`) and the runner ``_runner.cpp`` once (its top documents the
+protocol). ``run`` writes random inputs to a private folder once per problem, where one
+runner process (:mod:`tuner.backends.cpu_runner`) loads them once and forks a child per
+variant with a timeout, so a crash or a hang stays that variant's; it then verifies the
+output the child wrote against :mod:`tuner.reference` and only then turns its samples into
+a timing. Nothing else of tunehub runs while it times
+(compiles finish before the batch is measured), and the runner reports its CPU time against
+its wall time: a low share means another process took the core, and the result is suspect.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -30,7 +37,9 @@ import numpy as np
 from tuner import stats
 from tuner.backends import cpu_host
 from tuner.backends.base import Backend
-from tuner.compile import CompileCache, build_variants
+from tuner.backends.cpu_batch import RUNNER_SOURCE, batch_source, runner_key, symbol_prefix
+from tuner.backends.cpu_runner import RunnerServer
+from tuner.compile import CompileCache, build_batched
 from tuner.errors import ToolchainError
 from tuner.problems import Problem, ReduceProblem
 from tuner.reference import ELEMENT_SIZE, STORAGE, make_inputs, reference, verify
@@ -57,6 +66,9 @@ CPU_TEMPLATES_DIR = TEMPLATES_DIR / "cpu"
 #: problems whose inputs stay on disk and in memory at once (a job tunes one at a time)
 _KEPT_PROBLEMS = 2
 _LOG_EXCERPT = 4000
+#: the runner only loads, forks and reads clocks (kernels live in the batches' objects):
+#: -O1 builds it in two thirds of the time of -O3 on a cold cache
+RUNNER_FLAGS = ("-O1", "-std=c++17")
 
 
 def harness_dims(problem: Problem) -> list[int]:
@@ -67,10 +79,12 @@ def harness_dims(problem: Problem) -> list[int]:
     return dims
 
 
-@dataclass(frozen=True)
+@dataclass
 class _ProblemData:
     paths: tuple[str, ...]
     expected: np.ndarray
+    #: the runner serving this problem (inputs loaded once), started on first use
+    server: RunnerServer | None = None
 
 
 def _signal_name(returncode: int) -> str:
@@ -80,19 +94,24 @@ def _signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
-def _last_json_line(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith("{"):
-            try:
-                answer = json.loads(line)
-            except json.JSONDecodeError:
-                return None
-            return answer if isinstance(answer, dict) else None
-    return None
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _json_file(path: Path) -> dict[str, Any] | None:
+    try:
+        answer = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return answer if isinstance(answer, dict) else None
 
 
 class CpuBackend(Backend):
     name = "cpu"
+    ci_early_stop = True
 
     def __init__(self, config: EngineConfig, *, compiler: str = "g++") -> None:
         super().__init__(config)
@@ -100,6 +119,8 @@ class CpuBackend(Backend):
         self._workdir = Path(tempfile.mkdtemp(prefix="tunehub-cpu-"))
         self._problems: OrderedDict[tuple[Any, ...], _ProblemData] = OrderedDict()
         self._runs = 0
+        self._runner: str | None = None
+        self._runner_lock = threading.Lock()
 
     # ---- identity ------------------------------------------------------------------------
     @cached_property
@@ -172,25 +193,82 @@ class CpuBackend(Backend):
         )
 
     # ---- build ---------------------------------------------------------------------------
-    def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]:
-        cache = CompileCache(self.config.cache_dir, max_bytes=self.config.cache_max_bytes)
+    def _argv_factory(self, *extra: str) -> Any:
         includes = [str(CPU_TEMPLATES_DIR), *self.config.include_dirs]
         compiler = self.compiler
 
         def make_argv(source: Path, output: Path, flags: Sequence[str]) -> list[str]:
-            argv = [compiler, *flags]
+            argv = [compiler, *flags, *extra]
             for folder in includes:
                 argv += ["-I", folder]
             return [*argv, str(source), "-o", str(output)]
 
-        return build_variants(
-            cache,
-            variants,
-            make_argv,
-            source_name="kernel.cpp",
-            workers=self.config.compile_workers or os.cpu_count() or 1,
-            timeout_s=self.config.compile_timeout_s,
+        return make_argv
+
+    def runner(self) -> str:
+        """The runner executable, built once per compiler and flags (cached with the variants)."""
+        with self._runner_lock:
+            if self._runner is None:
+                self._runner = self._build_runner()
+            return self._runner
+
+    def _build_runner(self) -> str:
+        cache = CompileCache(self.config.cache_dir, artifact_name="runner")
+        flags = RUNNER_FLAGS
+        key = runner_key(CPU_TEMPLATES_DIR, flags, self.compiler_identity())
+        hit = cache.lookup(key)
+        if hit is None:
+            staged = cache.staging_dir()
+            argv = self._argv_factory("-ldl")(
+                CPU_TEMPLATES_DIR / RUNNER_SOURCE, staged / "runner", flags
+            )
+            try:
+                proc = subprocess.run(
+                    argv,
+                    capture_output=True,
+                    text=True,
+                    timeout=self.config.compile_timeout_s,
+                    check=False,
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                shutil.rmtree(staged, ignore_errors=True)
+                raise ToolchainError(f"cannot build the CPU runner: {exc}") from None
+            if proc.returncode != 0:
+                shutil.rmtree(staged, ignore_errors=True)
+                raise ToolchainError(f"cannot build the CPU runner: {proc.stderr[-1000:]}")
+            cache.publish(key, staged)
+            hit = cache.lookup(key)
+        if hit is None or hit.artifact is None:
+            raise ToolchainError("the CPU runner vanished from the compile cache")
+        return str(hit.artifact)
+
+    def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]:
+        cache = CompileCache(
+            self.config.cache_dir,
+            max_bytes=self.config.cache_max_bytes,
+            artifact_name="kernel.so",
         )
+        # the runner compiles beside the first batches (it is cached after that)
+        runner = threading.Thread(target=self._runner_or_later, daemon=True)
+        runner.start()
+        try:
+            return build_batched(
+                cache,
+                variants,
+                self._argv_factory("-shared", "-fPIC"),
+                batch_source,
+                source_name="batch.cpp",
+                workers=self.config.compile_workers or os.cpu_count() or 1,
+                timeout_s=self.config.compile_timeout_s,
+            )
+        finally:
+            runner.join()
+
+    def _runner_or_later(self) -> None:
+        try:
+            self.runner()
+        except ToolchainError:  # raised again by run(), where it fails the task
+            log.warning("building the CPU runner failed", exc_info=True)
 
     # ---- run -----------------------------------------------------------------------------
     def _problem_data(self, request: TuneRequest) -> _ProblemData:
@@ -213,26 +291,33 @@ class CpuBackend(Backend):
         self._problems[key] = data
         while len(self._problems) > _KEPT_PROBLEMS:
             _, old = self._problems.popitem(last=False)
-            shutil.rmtree(Path(old.paths[0]).parent, ignore_errors=True)
+            self._drop(old)
         return data
 
-    def _argv(
-        self,
-        artifact: str,
-        request: TuneRequest,
-        data: _ProblemData,
-        output: Path,
-        abort_above_us: float | None,
-    ) -> list[str]:
+    @staticmethod
+    def _drop(data: _ProblemData) -> None:
+        if data.server is not None:
+            data.server.close()
+            data.server = None
+        shutil.rmtree(Path(data.paths[0]).parent, ignore_errors=True)
+
+    def _server(self, request: TuneRequest, data: _ProblemData) -> RunnerServer:
+        if data.server is not None and data.server.alive:
+            return data.server
+        if data.server is not None:
+            data.server.close()
+        folder = Path(data.paths[0]).parent
+        data.server = RunnerServer(self._argv(request, data), folder / "runner.err")
+        return data.server
+
+    def _argv(self, request: TuneRequest, data: _ProblemData) -> list[str]:
         cfg = self.config
-        argv = [
-            artifact,
+        return [
+            self.runner(),
             "--dims",
             *map(str, harness_dims(request.problem)),
             "--inputs",
             *data.paths,
-            "--output",
-            str(output),
             "--warmup-seconds",
             repr(cfg.warmup_seconds),
             "--bench-seconds",
@@ -241,10 +326,11 @@ class CpuBackend(Backend):
             str(cfg.min_reps),
             "--max-reps",
             str(cfg.max_reps),
+            "--target-ci",
+            repr(cfg.target_ci),
+            "--run-timeout",
+            repr(cfg.run_timeout_s),
         ]
-        if abort_above_us is not None and abort_above_us > 0:
-            argv += ["--abort-us", repr(float(abort_above_us))]
-        return argv
 
     def run(
         self,
@@ -257,50 +343,53 @@ class CpuBackend(Backend):
         data = self._problem_data(request)
         self._runs += 1
         output = self._workdir / f"out-{self._runs}.bin"
+        side = [
+            output,
+            output.with_name(output.name + ".json"),
+            output.with_name(output.name + ".err"),
+        ]
         before = cpu_host.host_snapshot()
+        abort = float(abort_above_us) if abort_above_us and abort_above_us > 0 else 0.0
         try:
-            proc = subprocess.run(
-                self._argv(artifact, request, data, output, abort_above_us),
-                capture_output=True,
-                text=True,
-                check=False,
-                timeout=self.config.run_timeout_s,
+            server = self._server(request, data)
+            reply = server.ask(
+                artifact, symbol_prefix(variant.id), output, abort, self.config.run_timeout_s + 10
             )
-        except subprocess.TimeoutExpired:
-            output.unlink(missing_ok=True)
+            if reply is None:  # the runner itself is gone or stuck: start a new one next time
+                why = server.failure()
+                server.close()
+                data.server = None
+                return replace(base, log=f"the runner stopped answering\n{why}".strip())
+            base = replace(base, provenance=self._provenance(before, cpu_host.host_snapshot()))
+            return self._result(base, reply, request, data, side)
+        finally:
+            for path in side:
+                path.unlink(missing_ok=True)
+
+    def _result(
+        self,
+        base: BenchResult,
+        reply: dict[str, Any],
+        request: TuneRequest,
+        data: _ProblemData,
+        side: list[Path],
+    ) -> BenchResult:
+        output, answer_path, err_path = side
+        stderr = _read_text(err_path)[-_LOG_EXCERPT:]
+        if reply.get("timeout"):
             return replace(
                 base,
                 outcome=Outcome.TIMEOUT,
                 log=f"run exceeded {self.config.run_timeout_s:g} s and was killed",
             )
-        except OSError as exc:
-            return replace(base, log=f"cannot start {artifact}: {exc}")
-        provenance = self._provenance(before, cpu_host.host_snapshot())
-        base = replace(base, provenance=provenance, suspect=bool(provenance["suspect"]))
-        try:
-            return self._result(base, proc, request, data, output)
-        finally:
-            output.unlink(missing_ok=True)
-
-    def _result(
-        self,
-        base: BenchResult,
-        proc: subprocess.CompletedProcess[str],
-        request: TuneRequest,
-        data: _ProblemData,
-        output: Path,
-    ) -> BenchResult:
-        stderr = proc.stderr[-_LOG_EXCERPT:]
-        if proc.returncode != 0:
-            why = (
-                f"killed by {_signal_name(proc.returncode)}"
-                if proc.returncode < 0
-                else f"exit status {proc.returncode}"
-            )
-            return replace(base, log=f"harness {why}\n{stderr}".strip())
-        answer = _last_json_line(proc.stdout)
+        if "signal" in reply:
+            why = f"killed by {_signal_name(-int(reply['signal']))}"
+            return replace(base, log=f"runner child {why}\n{stderr}".strip())
+        if reply.get("exit") != 0:
+            return replace(base, log=f"runner child exit status {reply.get('exit')}\n{stderr}")
+        answer = _json_file(answer_path)
         if answer is None or not output.exists():
-            return replace(base, log=f"harness gave no result\n{proc.stdout[-500:]}{stderr}")
+            return replace(base, log=f"runner child gave no result\n{stderr}".strip())
         got = np.fromfile(output, dtype=STORAGE[request.dtype])
         if got.size != data.expected.size:
             return replace(
@@ -315,11 +404,18 @@ class CpuBackend(Backend):
         if not samples:
             return replace(base, log="harness reported no samples")
         timing = timing_from_samples(samples)
+        cpu_share = stats.cpu_share(answer.get("cpu_seconds"), answer.get("wall_seconds"))
+        # another process held the core while this one timed (tunehub compiles nothing then)
+        suspect = cpu_share is not None and cpu_share < self.config.min_cpu_share
         provenance = {
             **base.provenance,
             "max_abs_error": verdict.max_abs_error,
             "calls_per_sample": answer.get("calls_per_sample"),
             "copies": answer.get("copies"),
+            "cpu_share": cpu_share,
+            "median_ci_rel": stats.median_ci_rel(samples),
+            "spread": timing.spread,
+            "suspect": suspect,
         }
         outcome = Outcome.ABORTED_SLOW if answer.get("aborted") else Outcome.OK
         throughput, unit = stats.throughput(
@@ -332,13 +428,14 @@ class CpuBackend(Backend):
             throughput=throughput,
             throughput_unit=unit,
             provenance=provenance,
+            suspect=suspect,
             log=stderr,
         )
 
     @staticmethod
     def _provenance(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-        cores = os.cpu_count() or 1
-        loads = [x for x in (before["loadavg_1m"], after["loadavg_1m"]) if x is not None]
+        # the load average is kept for the record only: it counts tunehub's own compiles,
+        # so it cannot say whether a measurement was disturbed (cpu_share does)
         return {
             "hostname": cpu_host.hostname(),
             "loadavg_1m_before": before["loadavg_1m"],
@@ -346,10 +443,10 @@ class CpuBackend(Backend):
             "cpu_mhz_before": before["cpu_mhz"],
             "cpu_mhz_after": after["cpu_mhz"],
             "measured_at": time.time(),
-            # another workload shared the cores while we timed
-            "suspect": any(load > cores for load in loads),
         }
 
     def close(self) -> None:
+        for data in self._problems.values():
+            self._drop(data)
         self._problems.clear()
         shutil.rmtree(self._workdir, ignore_errors=True)

@@ -27,8 +27,9 @@ from tuner.compile import CompileCache, build_variants
 from tuner.cutlass_paths import cutlass_include_dirs, cutlass_version
 from tuner.errors import DeviceError, ToolchainError
 from tuner.reference import ELEMENT_SIZE
-from tuner.render import TEMPLATES_DIR, template_version
-from tuner.spaces.base import VariantSpace
+from tuner.registry import load_space
+from tuner.render import TEMPLATES_DIR, render_variant, template_version
+from tuner.spaces.base import Params, VariantSpace
 from tuner.stats import timing_from_samples
 from tuner.types import (
     BenchResult,
@@ -40,6 +41,7 @@ from tuner.types import (
     TuneRequest,
     Variant,
 )
+from tuner.vendor_paths import cublas_paths, cublas_version
 
 __all__ = ["CudaBackend", "arch_flags", "nvcc_version_line"]
 
@@ -49,6 +51,10 @@ _OUTCOMES = {o.value: o for o in Outcome}
 #: ops whose templates include CUTLASS headers
 _CUTLASS_OPS = ("gemm", "conv2d")
 _PROBE_TIMEOUT_S = 120.0
+#: template families that call cuBLASLt (linked against it, its headers on the include path)
+_CUBLASLT_FAMILIES = ("cublaslt", "cublaslt_discover")
+#: the discovery answer's JSON may be this long
+_DISCOVERY_BUFFER_BYTES = 1 << 20
 
 
 def arch_flags(arch: str) -> tuple[str, ...]:
@@ -80,8 +86,17 @@ def nvcc_version_line(nvcc: str) -> str:
     raise ToolchainError(f"cannot read nvcc's version from: {proc.stdout[-300:]!r}")
 
 
+def _uses_cublaslt(variant: Variant) -> bool:
+    return variant.params.get("family") in _CUBLASLT_FAMILIES
+
+
+def _failed(variants: Sequence[Variant], reason: str) -> dict[str, CompileResult]:
+    return {v.id: CompileResult(v.id, False, None, 0.0, False, reason) for v in variants}
+
+
 class CudaBackend(Backend):
     name = "cuda"
+    compile_overlaps_measure = True  # nvcc on the host CPUs while the GPU times
 
     def __init__(
         self, config: EngineConfig, *, nvcc: str | None = None, harness_python: str | None = None
@@ -98,6 +113,8 @@ class CudaBackend(Backend):
             artifact_name="kernel.so",
         )
         self._harness: HarnessProcess | None = None
+        #: the last discovery answer (attributes, workspace, waves, round-trip check)
+        self.last_discovery: list[dict[str, Any]] = []
 
     # -- toolchain -------------------------------------------------------------------------
 
@@ -122,20 +139,46 @@ class CudaBackend(Backend):
         libraries = {}
         if space.op in _CUTLASS_OPS and cutlass_version():
             libraries["cutlass"] = cutlass_version()
+        if getattr(space, "discovery_params", None) and cublas_version():
+            libraries["cublas"] = cublas_version()
         return Toolchain(f"nvcc {version}", template_version(space.template), libraries)
 
     def _include_dirs(self, variants: Sequence[Variant]) -> list[str]:
         dirs = [str(TEMPLATES_DIR / "cuda")]
-        if any(v.op in _CUTLASS_OPS for v in variants):
+        if any(v.op in _CUTLASS_OPS and v.params.get("family") != "skinny" for v in variants):
             dirs += cutlass_include_dirs(self.config.include_dirs)
         else:
             dirs += list(self.config.include_dirs)
         return dirs
 
     def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]:
+        """Compile in parallel; cuBLASLt variants also get its headers and link to it."""
+        vendor = [v for v in variants if _uses_cublaslt(v)]
+        plain = [v for v in variants if not _uses_cublaslt(v)]
+        results: dict[str, CompileResult] = {}
+        if plain:
+            results.update(self._build(plain, self._include_dirs(plain), ()))
+        if vendor:
+            try:
+                paths = cublas_paths()
+            except ToolchainError as exc:
+                return {**results, **_failed(vendor, str(exc))}
+            link = (
+                f"-L{paths.lib}",
+                f"-l:{paths.lt_library}",
+                "-Xlinker",
+                f"-rpath={paths.lib}",
+            )
+            includes = [str(TEMPLATES_DIR / "cuda"), paths.include]
+            results.update(self._build(vendor, includes, link))
+        return results
+
+    def _build(
+        self, variants: Sequence[Variant], include_dirs: Sequence[str], link: Sequence[str]
+    ) -> dict[str, CompileResult]:
         nvcc = self.nvcc()
         self.compiler_identity()
-        includes = [f"-I{d}" for d in self._include_dirs(variants)]
+        includes = [f"-I{d}" for d in include_dirs]
 
         def make_argv(source: Path, output: Path, flags: Sequence[str]) -> list[str]:
             return [
@@ -148,6 +191,7 @@ class CudaBackend(Backend):
                 "-o",
                 str(output),
                 str(source),
+                *link,
             ]
 
         return build_variants(
@@ -158,6 +202,52 @@ class CudaBackend(Backend):
             workers=self.config.compile_workers or os.cpu_count() or 1,
             timeout_s=self.config.compile_timeout_s,
         )
+
+    def discover(self, request: TuneRequest, arch: str) -> list[Params]:
+        """The cuBLASLt algorithms of the problem: the space's discovery build, run in the
+        harness like a variant (a crash or hang costs only the vendor candidates)."""
+        space = load_space(request.op, self.name)
+        params = getattr(space, "discovery_params", None)
+        if params is None:
+            return []
+        try:
+            cublas_paths()
+        except ToolchainError as exc:
+            log.warning("no cuBLASLt candidates: %s", exc)
+            return []
+        variant = render_variant(
+            space,
+            params,
+            request.dtype,
+            request.layout,
+            arch,
+            self.base_flags(arch),
+            self.compiler_identity(),
+        )
+        built = self.build([variant])[variant.id]
+        if not built.ok or built.artifact is None:
+            log.warning("cuBLASLt discovery did not build: %s", built.log[-2000:])
+            return []
+        payload = {
+            "cmd": "discover",
+            "artifact": built.artifact,
+            "op": request.op,
+            "problem": request.problem.dims(),
+            "requested": int(getattr(space, "requested_algos", 32)),
+            "buffer_bytes": _DISCOVERY_BUFFER_BYTES,
+        }
+        try:
+            answer = self.request(payload, self.config.run_timeout_s)
+        except HarnessTimeout as exc:
+            log.warning("cuBLASLt discovery hung: %s", exc)
+            return []
+        found = answer.get("algos")
+        if not isinstance(found, list):
+            log.warning("cuBLASLt discovery failed: %s", answer.get("log", answer))
+            return []
+        self.last_discovery = found
+        discovered: list[Params] = space.from_discovery(found)
+        return discovered
 
     # -- device ----------------------------------------------------------------------------
 

@@ -11,6 +11,8 @@ The backend starts one ``--serve`` process per device with CUDA_VISIBLE_DEVICES 
         -> {"outcome": "ok" | "runtime_error" | "wrong_result" | "aborted_slow",
             "samples_us", "log", "max_abs_error", "provenance", "suspect_reasons", "fatal"}
     {"cmd": "copy", "bytes"}                      -> {"gb_per_s", "samples_us"}
+    {"cmd": "discover", "artifact", "op", "problem", "requested", "buffer_bytes"}
+        -> {"algos": [{attribute: value, ...}, ...]} (a discovery build's tunehub_discover)
     {"cmd": "torch_baseline", "op", "dtype", "layout", "problem", ...} -> {"samples_us", ...}
 
 stdout carries answers only (one JSON line each); logs go to stderr. A CUDA fault inside a
@@ -132,6 +134,30 @@ class Harness:
             lib.tunehub_describe.restype = ctypes.c_char_p
             self.libraries[path] = lib
         return lib
+
+    def discover(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Run a discovery build's ``tunehub_discover`` for one problem (vendor heuristics)."""
+        from tuner.problems import problem_from_dict
+
+        lib = self.library(req["artifact"])
+        fn = lib.tunehub_discover
+        fn.restype = ctypes.c_int
+        fn.argtypes = [
+            ctypes.POINTER(ctypes.c_int64),
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+        ]
+        problem = problem_from_dict(req["op"], dict(req["problem"]))
+        values = [int(v) for v in problem.int_dims().values()]
+        dims = (ctypes.c_int64 * len(values))(*values)
+        size = int(req.get("buffer_bytes", 1 << 20))
+        buf = ctypes.create_string_buffer(size)
+        count = fn(dims, len(values), int(req.get("requested", 32)), buf, size)
+        if count < 0:
+            return {"outcome": "runtime_error", "fatal": False, "log": f"discovery status {count}"}
+        return {"algos": json.loads(buf.value.decode())}
 
     def workload_for(self, req: dict[str, Any]) -> Any:
         from tuner.problems import problem_from_dict
@@ -303,6 +329,7 @@ def serve(answers: IO[str]) -> int:
     handlers = {
         "run": harness.run,
         "copy": harness.copy,
+        "discover": harness.discover,
         "torch_baseline": harness.torch_baseline,
         "ping": lambda req: {"ok": True, "device": harness.info},
     }

@@ -34,6 +34,12 @@ class VariantSpace(ABC):
     def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
         """Every parameter dict legal on ``arch`` for this dtype/layout, in a stable order."""
 
+    def discovered_reason(self, params: Params, dtype: str, layout: str, arch: str) -> str | None:
+        """For params that ``enumerate`` cannot list because the backend found them on the
+        device (vendor algorithms, ``Backend.discover``): why they are not well-formed
+        candidates of this space (None when they are). Spaces without discovery accept none."""
+        return f"the {self.backend} {self.op} space discovers no variants"
+
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
         """Why ``params`` cannot run ``problem`` (None when it can)."""
         return None

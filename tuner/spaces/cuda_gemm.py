@@ -1,4 +1,5 @@
-"""CUDA GEMM variants from CUTLASS: 3.x TMA + wgmma kernels on sm_90, 2.x kernels on sm_80-class.
+"""CUDA GEMM variants: CUTLASS (3.x TMA + wgmma on sm_90, 2.x on the sm_80 class), cuBLASLt
+algorithms and the hand-written skinny kernel, one space whose params name their ``library``.
 
     space = CudaGemmSpace()
     for params in space.enumerate("f16", "rcr", "sm_90"): ...   # strongest candidates first
@@ -16,6 +17,13 @@ rest by how often such a choice wins. ``order`` then ranks the pruned candidates
 by an estimate of how well their tile grid fills the SMs and whether they are bound by loads
 or by tensor cores (:mod:`tuner.spaces._sm90_gemm_estimate`), ties kept in ``enumerate``'s
 order, so a capped search (``DEFAULT_MAX_VARIANTS``) sees the likely winners for that shape.
+
+Every params dict names its ``library`` (``cutlass``, ``cublaslt``, ``tunehub``) and its
+``family`` (the template: ``sm90``, ``sm80``, ``cublaslt``, ``skinny``). cuBLASLt algorithms
+depend on the shape and GPU, so they are not enumerated: the backend discovers them at tuning
+time (:mod:`tuner.spaces.cuda_gemm_cublaslt`) and hands them to ``candidate_params``. ``order``
+merges the families: the vendor default (cuBLASLt heuristic #0) first, so every budget holds
+it, then the best skinny kernels (m <= 4), the best CUTLASS kernels (m > 16), then the rest.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from typing import Any
 
 from tuner.errors import InvalidRequestError
 from tuner.problems import GemmProblem, Problem
+from tuner.spaces import cuda_gemm_cublaslt as lt
+from tuner.spaces import cuda_gemm_skinny as skinny
 from tuner.spaces._cutlass_common import (
     SM90_SMEM_BYTES,
     check_dtype,
@@ -37,7 +47,7 @@ from tuner.spaces._cutlass_common import (
 from tuner.spaces._sm90_gemm_estimate import DEFAULT_SM_COUNT, estimate_sm90_seconds
 from tuner.spaces.base import Params, VariantSpace
 
-__all__ = ["CudaGemmSpace", "DEFAULT_MAX_VARIANTS", "SM90_SEEDS"]
+__all__ = ["CudaGemmSpace", "DEFAULT_MAX_VARIANTS", "SM90_SEEDS", "LIBRARIES"]
 
 #: a sensible cap for one problem's search when the request names none
 DEFAULT_MAX_VARIANTS = 16
@@ -69,6 +79,13 @@ _SM80_SPLIT_K = (1, 2, 4)
 _SM80_SWIZZLES = (1, 4)
 
 _LAYOUTS = ("rcr", "rrr")
+#: ``order``: skinny kernels, then CUTLASS kernels, tried right after the vendor default
+_SKINNY_HEAD = 6
+_CUTLASS_HEAD = 3
+#: at most this m, CUTLASS tiles waste most of their rows: its head waits behind cuBLASLt's
+_CUTLASS_HEAD_MIN_M = 17
+#: the library each template family belongs to (what a client calls)
+LIBRARIES = {"sm90": "cutlass", "sm80": "cutlass", lt.FAMILY: "cublaslt", skinny.FAMILY: "tunehub"}
 
 #: proven sm_90 configurations tried first: (tile, cluster, schedule, scheduler)
 SM90_SEEDS: tuple[tuple[tuple[int, int, int], tuple[int, int], str, str], ...] = (
@@ -179,6 +196,7 @@ def _sm90_params() -> list[Params]:
         _SM90_SWIZZLES,
     ):
         params: Params = {
+            "library": "cutlass",
             "family": "sm90",
             "tile_m": tm,
             "tile_n": tn,
@@ -206,6 +224,7 @@ def _sm80_params(sm: int) -> list[Params]:
         _SM80_TILE_K, _SM80_TILE_MN, _SM80_TILE_MN, _SM80_STAGES, _SM80_SPLIT_K, _SM80_SWIZZLES
     ):
         params: Params = {
+            "library": "cutlass",
             "family": "sm80",
             "tile_m": tm,
             "tile_n": tn,
@@ -242,6 +261,10 @@ class CudaGemmSpace(VariantSpace):
     backend = "cuda"
     template = "cuda/gemm_sm90.cu.j2"
     sm80_template = "cuda/gemm_sm80.cu.j2"
+    #: the build that finds the cuBLASLt algorithms of a shape (the backend runs it)
+    discovery_params: Params = lt.DISCOVERY_PARAMS
+    #: how many algorithms discovery asks the vendor heuristic for
+    requested_algos: int = lt.REQUESTED_ALGOS
     default_max_variants = DEFAULT_MAX_VARIANTS
     #: SMs that ``order`` fills (H100 SXM / H200 by default; pass the device's count if known)
     sm_count: int = DEFAULT_SM_COUNT
@@ -260,17 +283,37 @@ class CudaGemmSpace(VariantSpace):
             )
         sm = sm_number(arch)
         if sm == 90:
-            return iter(_sm90_params())
+            return iter(_sm90_params() + _skinny_params())
         if sm in (80, 86, 87, 89):
-            return iter(_sm80_params(sm))
+            return iter(_sm80_params(sm) + _skinny_params())
         raise InvalidRequestError("device.arch", f"no CUTLASS gemm templates for {arch} (sm_80-90)")
 
     def template_for(self, params: Params) -> str:
-        return self.template if params["family"] == "sm90" else self.sm80_template
+        family = params["family"]
+        if family in (lt.FAMILY, lt.DISCOVERY_FAMILY):
+            return lt.TEMPLATE
+        if family == skinny.FAMILY:
+            return skinny.TEMPLATE
+        return self.template if family == "sm90" else self.sm80_template
+
+    def discovered_reason(self, params: Params, dtype: str, layout: str, arch: str) -> str | None:
+        if params.get("library") != "cublaslt":
+            return "only cuBLASLt algorithms are discovered; other params come from enumerate"
+        self.enumerate(dtype, layout, arch)  # InvalidRequestError for a dtype/layout/arch it lacks
+        return lt.invalid_reason({k: v for k, v in params.items() if k != "library"})
+
+    def from_discovery(self, found: list[dict[str, Any]]) -> list[Params]:
+        """cuBLASLt params from the discovery build's answer, vendor default first."""
+        return [{"library": "cublaslt", **p} for p in lt.params_from_discovery(found)]
 
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
         if not isinstance(problem, GemmProblem):
             return "not a gemm problem"
+        family = params.get("family")
+        if family == lt.FAMILY:
+            return lt.invalid_reason({k: v for k, v in params.items() if k != "library"})
+        if family == skinny.FAMILY:
+            return skinny.prune(params, problem, layout)
         align = elements_per_16_bytes(dtype)
         # C/D rows need n; A (row-major) and B (column-major) rows need k; B row-major needs n
         for dim in ("k", "n") + (("m",) if layout[0] == "c" else ()):
@@ -291,11 +334,29 @@ class CudaGemmSpace(VariantSpace):
     def order(
         self, candidates: list[Params], problem: Problem, dtype: str, layout: str
     ) -> list[Params]:
-        """sm_90 candidates by estimated time on ``problem`` (see ``_ORDER_BAND``); ties, and
-        sm_80-class spaces (not estimated), keep ``enumerate``'s order."""
+        """The families merged (see the module doc); cuBLASLt keeps the heuristic's order."""
         if not isinstance(problem, GemmProblem) or not candidates:
             return list(candidates)
-        if any(p["family"] != "sm90" for p in candidates):
+        vendor = [p for p in candidates if p["family"] == lt.FAMILY]
+        fast = skinny.order([p for p in candidates if p["family"] == skinny.FAMILY], problem)
+        cutlass = self._order_cutlass(
+            [p for p in candidates if p["family"] in ("sm90", "sm80")], problem
+        )
+        head = _CUTLASS_HEAD if problem.m >= _CUTLASS_HEAD_MIN_M else 0
+        fast_head = _SKINNY_HEAD if problem.m <= skinny.HEAD_MAX_M else 0
+        return [
+            *vendor[:1],
+            *fast[:fast_head],
+            *cutlass[:head],
+            *vendor[1:],
+            *fast[fast_head:],
+            *cutlass[head:],
+        ]
+
+    def _order_cutlass(self, candidates: list[Params], problem: GemmProblem) -> list[Params]:
+        """sm_90 candidates by estimated time on ``problem`` (see ``_ORDER_BAND``); ties, and
+        sm_80-class spaces (not estimated), keep ``enumerate``'s order."""
+        if not candidates or any(p["family"] != "sm90" for p in candidates):
             return list(candidates)
         seconds = [estimate_sm90_seconds(p, problem, self.sm_count) for p in candidates]
         best = min(seconds)
@@ -313,6 +374,10 @@ class CudaGemmSpace(VariantSpace):
         return [candidates[i] for i in sorted(range(len(candidates)), key=key)]
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
+        if params["family"] in (lt.FAMILY, lt.DISCOVERY_FAMILY):
+            return lt.name(params, dtype, layout)
+        if params["family"] == skinny.FAMILY:
+            return skinny.name(params, dtype, layout)
         tile = f"{params['tile_m']}x{params['tile_n']}x{params['tile_k']}"
         head = f"gemm_{dtype}_{layout}_{tile}"
         if params["family"] == "sm90":
@@ -331,6 +396,10 @@ class CudaGemmSpace(VariantSpace):
         if params["swizzle"] != 1:
             parts.append(f"sw{params['swizzle']}")
         return "_".join(parts)
+
+
+def _skinny_params() -> list[Params]:
+    return [{"library": "tunehub", **p} for p in skinny.skinny_params()]
 
 
 def iter_names(dtype: str, layout: str, arch: str) -> Iterator[str]:

@@ -17,10 +17,19 @@ __all__ = ["Strategy"]
 
 class Strategy(ABC):
     name: str
+    #: True when what it is told steers what it asks next (the engine then asks small
+    #: batches); False lets the engine compile a large batch at once
+    adaptive: bool = False
 
-    def __init__(self, candidates: Sequence[Params], seed: int = 0) -> None:
+    def __init__(
+        self, candidates: Sequence[Params], seed: int = 0, budget: int | None = None
+    ) -> None:
+        """``budget``: how many candidates the engine will ask at most, when fewer than all
+        (None when the space orders its candidates for the problem, so the first N are meant
+        to be measured)."""
         self.candidates = list(candidates)
         self.seed = seed
+        self.budget = budget
 
     @abstractmethod
     def ask(self, n: int) -> list[int]:

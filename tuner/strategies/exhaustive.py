@@ -1,23 +1,80 @@
-"""Exhaustive search: every candidate once, in the space's own (stable) order."""
+"""Exhaustive search: every candidate once.
+
+Without a budget below the space's size it follows the space's own order. With one (the
+engine passes ``budget`` when ``max_variants`` cuts the space and the space has no
+problem-aware order of its own), it never takes the first N of the enumeration, which would
+hold a few values of the leading axes only: it takes a stratified sample, greedily choosing
+the candidate that covers the most (axis, value) pairs not yet covered, then the one farthest
+from those chosen, so that every value of every axis is measured as soon as the budget allows.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
 from tuner.spaces.base import Params
 from tuner.strategies.base import Strategy
 
-__all__ = ["ExhaustiveStrategy"]
+__all__ = ["ExhaustiveStrategy", "stratified_order"]
+
+
+def _distance(a: Params, b: Params, spans: dict[str, float]) -> float:
+    """Sum over axes: |log2 a - log2 b| / span for positive ints, 0/1 for anything else."""
+    total = 0.0
+    for key in spans:
+        x, y = a.get(key), b.get(key)
+        if spans[key] > 0 and isinstance(x, int) and isinstance(y, int):  # positive ints
+            total += abs(math.log2(x) - math.log2(y)) / spans[key]
+        else:
+            total += float(x != y)
+    return total
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def stratified_order(candidates: Sequence[Params]) -> list[int]:
+    """Every candidate index, in the order described in the module doc (deterministic)."""
+    keys = sorted({key for params in candidates for key in params})
+    spans: dict[str, float] = {}
+    for key in keys:
+        values = [p.get(key) for p in candidates]
+        ints = [v for v in values if isinstance(v, int) and _positive_int(v)]
+        if len(ints) == len(values):
+            spans[key] = math.log2(max(ints)) - math.log2(min(ints))
+        else:
+            spans[key] = 0.0
+    pairs = [{(key, repr(params.get(key))) for key in keys} for params in candidates]
+    uncovered = set().union(*pairs) if pairs else set()
+    nearest = [math.inf] * len(candidates)
+    order: list[int] = []
+    left = set(range(len(candidates)))
+    while left:
+        # most new (axis, value) pairs first, then farthest from the chosen, then lowest index
+        best = min(left, key=lambda i: (-len(pairs[i] & uncovered), -nearest[i], i))
+        order.append(best)
+        left.discard(best)
+        uncovered -= pairs[best]
+        for i in left:
+            nearest[i] = min(nearest[i], _distance(candidates[i], candidates[best], spans))
+    return order
 
 
 class ExhaustiveStrategy(Strategy):
     name = "exhaustive"
 
-    def __init__(self, candidates: Sequence[Params], seed: int = 0) -> None:
-        super().__init__(candidates, seed)
+    def __init__(
+        self, candidates: Sequence[Params], seed: int = 0, budget: int | None = None
+    ) -> None:
+        super().__init__(candidates, seed, budget)
+        cut = budget is not None and budget < len(self.candidates)
+        self._order = stratified_order(self.candidates) if cut else list(range(len(candidates)))
         self._next = 0
 
     def ask(self, n: int) -> list[int]:
-        start, stop = self._next, min(self._next + max(n, 0), len(self.candidates))
+        start, stop = self._next, min(self._next + max(n, 0), len(self._order))
         self._next = stop
-        return list(range(start, stop))
+        return self._order[start:stop]

@@ -15,8 +15,10 @@ __all__ = ["RandomStrategy"]
 class RandomStrategy(Strategy):
     name = "random"
 
-    def __init__(self, candidates: Sequence[Params], seed: int = 0) -> None:
-        super().__init__(candidates, seed)
+    def __init__(
+        self, candidates: Sequence[Params], seed: int = 0, budget: int | None = None
+    ) -> None:
+        super().__init__(candidates, seed, budget)
         rng = np.random.default_rng(seed)
         self._order = [int(i) for i in rng.permutation(len(self.candidates))]
         self._next = 0

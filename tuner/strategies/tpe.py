@@ -108,11 +108,16 @@ class TpeStrategy(Strategy):
     """Seeded random start-up, then Optuna TPE proposals snapped to unseen candidates."""
 
     name = "tpe"
+    adaptive = True
 
     def __init__(
-        self, candidates: Sequence[Params], seed: int = 0, startup: int | None = None
+        self,
+        candidates: Sequence[Params],
+        seed: int = 0,
+        budget: int | None = None,
+        startup: int | None = None,
     ) -> None:
-        super().__init__(candidates, seed)
+        super().__init__(candidates, seed, budget)
         count = len(self.candidates)
         self.startup = startup if startup is not None else min(count, max(3, count // 20))
         self._encoding = _Encoding(self.candidates)

@@ -8,15 +8,14 @@ replace. Lookups answer with an ``ETag`` and honour ``If-None-Match`` (304).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.encoders import jsonable_encoder
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import TypeAdapter, ValidationError
 
+from service.api.caching import conditional
 from service.api.deps import SessionDep, require_read, require_scope
 from service.errors import InvalidInput
 from service.schemas.client_results import (
@@ -60,18 +59,6 @@ def _parse_key(text: str) -> dict[str, Any]:
         ) from None
 
 
-def _etag(body: Any) -> str:
-    text = json.dumps(jsonable_encoder(body), sort_keys=True, separators=(",", ":"))
-    return f'"{hashlib.sha256(text.encode()).hexdigest()[:32]}"'
-
-
-def _matches(if_none_match: str | None, etag: str) -> bool:
-    if not if_none_match:
-        return False
-    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
-    return "*" in tags or etag in tags
-
-
 @router.get(
     "/v1/client-configs/best",
     response_model=ClientBestOut,
@@ -92,7 +79,4 @@ def client_best(
 ) -> Response:
     """The winner for ``key`` on ``device`` (a device key or part of a name)."""
     answer = find_client_best(session, op, _parse_key(key), device, toolchain, backend)
-    etag = _etag(answer)
-    if _matches(request.headers.get("if-none-match"), etag):
-        return Response(status_code=304, headers={"ETag": etag})
-    return JSONResponse(jsonable_encoder(answer), headers={"ETag": etag})
+    return conditional(request, ClientBestOut.model_validate(answer).model_dump_json().encode())

@@ -67,6 +67,7 @@ def submit_job(body: JobCreate, session: SessionDep, settings: SettingsDep) -> d
         budget=body.budget.model_dump(),
         objective=body.objective,
         seed=body.seed,
+        confirm=body.confirm or settings.confirm,
     )
     session.add(job)
     session.flush()

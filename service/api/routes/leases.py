@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response, status
 
 from service.api.deps import SessionDep, SettingsDep, require_scope
-from service.errors import NotFound
 from service.schemas.worker import (
     HeartbeatIn,
     HeartbeatOut,
@@ -17,29 +16,32 @@ from service.schemas.worker import (
     ResultsIn,
     ResultsOut,
 )
-from service.store.models import Worker
+from service.store.models import ApiToken
 from service.store.queue import claim_task, heartbeat
 from service.store.results import store_results
-from service.store.validation import usable_id
+from service.store.tokens import check_lease_owner, owned_worker
 
 __all__ = ["router"]
 
-router = APIRouter(
-    prefix="/v1/leases", tags=["leases"], dependencies=[Depends(require_scope("worker"))]
-)
+router = APIRouter(prefix="/v1/leases", tags=["leases"])
+
+#: a worker-scope token; it may act only for the workers it registered
+WorkerToken = Annotated[ApiToken, Depends(require_scope("worker"))]
 
 
 @router.post(
     "",
     response_model=LeaseOut,
-    responses={204: {"description": "no queued task matches this worker's devices"}},
+    responses={
+        204: {"description": "no queued task matches this worker's devices"},
+        403: {"description": "the worker was registered with another token"},
+        404: {"description": "unknown worker id"},
+    },
 )
 def lease_task(
-    body: LeaseRequest, session: SessionDep, settings: SettingsDep
+    body: LeaseRequest, session: SessionDep, settings: SettingsDep, token: WorkerToken
 ) -> LeaseOut | Response:
-    worker = session.get(Worker, body.worker_id) if usable_id(body.worker_id) else None
-    if worker is None:
-        raise NotFound(f"worker {body.worker_id!r} not found; register with POST /v1/workers")
+    worker = owned_worker(session, body.worker_id, token)
     claimed = claim_task(session, worker, body.backends, settings.lease_seconds, body.device)
     if claimed is None:
         session.commit()  # expired leases may have been requeued
@@ -71,11 +73,19 @@ def lease_task(
 @router.post(
     "/{lease_id}/heartbeat",
     response_model=HeartbeatOut,
-    responses={409: {"description": "the lease is no longer held"}},
+    responses={
+        403: {"description": "the lease belongs to a worker of another token"},
+        409: {"description": "the lease is no longer held"},
+    },
 )
 def lease_heartbeat(
-    lease_id: str, body: HeartbeatIn, session: SessionDep, settings: SettingsDep
+    lease_id: str,
+    body: HeartbeatIn,
+    session: SessionDep,
+    settings: SettingsDep,
+    token: WorkerToken,
 ) -> HeartbeatOut:
+    check_lease_owner(session, lease_id, token)
     expires_at, cancelled = heartbeat(
         session, lease_id, body.done, body.total, settings.lease_seconds
     )
@@ -86,11 +96,17 @@ def lease_heartbeat(
 @router.post(
     "/{lease_id}/results",
     response_model=ResultsOut,
-    responses={409: {"description": "the lease is no longer held, or already final"}},
+    responses={
+        403: {"description": "the lease belongs to a worker of another token"},
+        409: {"description": "the lease is no longer held, or already final"},
+    },
 )
-def lease_results(lease_id: str, body: ResultsIn, session: SessionDep) -> dict[str, Any]:
+def lease_results(
+    lease_id: str, body: ResultsIn, session: SessionDep, settings: SettingsDep, token: WorkerToken
+) -> dict[str, Any]:
     """Store a batch of measurements; ``final`` ends the task and upserts the best config in
-    the same transaction."""
-    answer = store_results(session, lease_id, body)
+    the same transaction. A retried batch adds no rows and gets the same answer."""
+    check_lease_owner(session, lease_id, token)
+    answer = store_results(session, lease_id, body, verify=settings.verify_variants)
     session.commit()
     return answer

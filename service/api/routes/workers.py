@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, status
 
 from service.api.deps import SessionDep, require_scope
 from service.schemas.worker import WorkerOut, WorkerRegister
 from service.store.keys import device_row
-from service.store.models import Device, Worker, WorkerDevice
+from service.store.models import ApiToken, Device, Worker, WorkerDevice
 from service.store.views import device_dict
 
 __all__ = ["router"]
@@ -21,10 +21,15 @@ router = APIRouter(prefix="/v1/workers", tags=["workers"])
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=WorkerOut,
-    dependencies=[Depends(require_scope("worker"))],
 )
-def register_worker(body: WorkerRegister, session: SessionDep) -> dict[str, Any]:
-    worker = Worker(name=body.name)
+def register_worker(
+    body: WorkerRegister,
+    session: SessionDep,
+    token: Annotated[ApiToken, Depends(require_scope("worker"))],
+) -> dict[str, Any]:
+    """Register a worker and its devices. The worker is bound to this token: only it may
+    lease, heartbeat and upload for the worker."""
+    worker = Worker(name=body.name, token_id=token.id)
     session.add(worker)
     session.flush()
     devices: list[Device] = []

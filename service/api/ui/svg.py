@@ -104,6 +104,9 @@ def line_chart(
         colour = PALETTE[index % len(PALETTE)]
         points = sorted(line.points)
         coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y, _ in points)
+        if len(points) == 1:  # one point has no extent: draw it as a short dash through it
+            x, y, _ = points[0]
+            coords = f"{px(x) - 6:.1f},{py(y):.1f} {px(x) + 6:.1f},{py(y):.1f}"
         label = escape(line.label)
         parts.append(
             f'<g class="line"><polyline class="series" data-series="{label}" points="{coords}" '

@@ -1,0 +1,109 @@
+"""cuBLASLt and skinny GEMM variants on a real GPU: discovered, built, verified and timed like
+any other variant (run on the H200 host).
+
+    python3 -m pytest --noconftest -o addopts= -m gpu tests/gpu/test_cuda_gemm_families.py
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from tuner.backends.cuda import CudaBackend
+from tuner.engine import tune
+from tuner.problems import GemmProblem
+from tuner.registry import load_space
+from tuner.render import render_variant
+from tuner.types import Budget, EngineConfig, Outcome, TuneRequest
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH"),
+]
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CudaBackend]:
+    config = EngineConfig(
+        cache_dir=str(tmp_path_factory.mktemp("cache")),
+        run_timeout_s=60.0,
+        bench_seconds=0.02,
+        warmup_seconds=0.01,
+        compile_timeout_s=300,
+    )
+    cuda = CudaBackend(config, harness_python=sys.executable)
+    yield cuda
+    cuda.close()
+
+
+def _request(dtype: str, layout: str, m: int, n: int, k: int, **kw) -> TuneRequest:
+    return TuneRequest(
+        op="gemm", dtype=dtype, layout=layout, problem=GemmProblem(m, n, k), backend="cuda", **kw
+    )
+
+
+def _run(backend: CudaBackend, request: TuneRequest, params: dict):
+    arch = backend.device().arch
+    variant = render_variant(
+        load_space("gemm", "cuda"),
+        params,
+        request.dtype,
+        request.layout,
+        arch,
+        backend.base_flags(arch),
+        backend.compiler_identity(),
+    )
+    built = backend.build([variant])[variant.id]
+    assert built.ok and built.artifact, built.log[-3000:]
+    return backend.run(variant, built.artifact, request)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "layout", "dims"),
+    [("f16", "rcr", (64, 4096, 4096)), ("bf16", "rrr", (1000, 1000, 1000))],
+)
+def test_discovered_cublaslt_algorithms_verify(
+    backend: CudaBackend, dtype: str, layout: str, dims: tuple[int, int, int]
+) -> None:
+    request = _request(dtype, layout, *dims)
+    found = backend.discover(request, backend.device().arch)
+    assert found, "cublasLtMatmulAlgoGetHeuristic returned no algorithm"
+    assert all(p["library"] == "cublaslt" for p in found)
+    for params in (found[0], found[-1]):  # the vendor default and the heuristic's last
+        result = _run(backend, request, params)
+        assert result.outcome == Outcome.OK, (result.variant_name, result.log)
+        assert result.timing is not None and result.timing.median_us > 0
+        assert "cublaslt algo=" in result.provenance["harness_describe"]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "dims", "overrides"),
+    [
+        ("f16", (1, 4096, 4096), {"m_tile": 1, "splits": 1, "slices": 1}),
+        ("bf16", (3, 3584, 18944), {"m_tile": 4, "splits": 2, "slices": 4}),
+        ("f16", (1, 4608, 3584), {"m_tile": 1, "slices": 8, "unroll": 8}),
+        ("f16", (64, 4608, 3584), {"m_tile": 16, "unroll": 2}),
+    ],
+)
+def test_skinny_variants_verify(
+    backend: CudaBackend, dtype: str, dims: tuple[int, int, int], overrides: dict
+) -> None:
+    space = load_space("gemm", "cuda")
+    params = next(
+        p
+        for p in space.enumerate(dtype, "rcr", backend.device().arch)
+        if p["family"] == "skinny" and all(p[k] == v for k, v in overrides.items())
+    )
+    result = _run(backend, _request(dtype, "rcr", *dims), params)
+    assert result.outcome == Outcome.OK, (result.variant_name, result.log)
+
+
+def test_a_tuning_job_starts_with_the_vendor_default(backend: CudaBackend) -> None:
+    request = _request("f16", "rcr", 4, 4096, 4096, budget=Budget(max_variants=4))
+    result = tune(request, backend, backend.config)
+    assert result.results[0].params["library"] == "cublaslt"
+    assert result.results[0].outcome == Outcome.OK
+    assert result.winner is not None and result.winner.params["library"] in ("cublaslt", "tunehub")

@@ -1,0 +1,140 @@
+"""The one winner rule (tuner.winner), and the engine and the store applying it alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.store.results import pick_winner as store_pick
+from tuner.engine import pick_winner as engine_pick
+from tuner.types import BenchResult, Outcome, Timing
+from tuner.winner import TIE_BAND, needs_remeasure, pick, replaces_incumbent
+
+
+@dataclass
+class Row:
+    name: str
+    median: float | None
+    ok: bool = True
+    suspect: bool = False
+
+
+def _pick(rows: list[Row], band: float = TIE_BAND) -> Row | None:
+    return pick(
+        rows, median=lambda r: r.median, name=lambda r: r.name, ok=lambda r: r.ok, tie_band=band
+    )
+
+
+def test_fastest_verified_wins() -> None:
+    rows = [Row("b", 12.0), Row("a", 20.0), Row("c", 5.0, ok=False), Row("d", None)]
+    assert _pick(rows) == rows[0]
+
+
+def test_ties_break_by_name_whatever_the_order() -> None:
+    rows = [Row("zeta", 10.0), Row("alpha", 10.15), Row("mid", 11.0)]
+    assert _pick(rows).name == "alpha"  # type: ignore[union-attr]
+    assert _pick(list(reversed(rows))).name == "alpha"  # type: ignore[union-attr]
+    # outside the band the faster one wins
+    assert _pick([Row("zeta", 10.0), Row("alpha", 10.5)]).name == "zeta"  # type: ignore[union-attr]
+
+
+def test_nothing_verified_is_no_winner() -> None:
+    assert _pick([Row("a", 1.0, ok=False), Row("b", None)]) is None
+    assert _pick([]) is None
+
+
+def test_a_suspect_fastest_is_not_outranked_by_a_slower_clean_one() -> None:
+    rows = [Row("slow_clean", 14.0), Row("fast_suspect", 10.0, suspect=True)]
+    assert _pick(rows).name == "fast_suspect"  # type: ignore[union-attr]
+
+
+def test_suspects_that_could_win_or_tie_need_a_remeasure() -> None:
+    rows = [
+        Row("clean", 10.0),
+        Row("faster", 8.0, suspect=True),
+        Row("tied", 10.1, suspect=True),
+        Row("slower", 12.0, suspect=True),
+        Row("failed", 1.0, ok=False, suspect=True),
+    ]
+
+    def contenders(items: list[Row]) -> list[str]:
+        return [
+            r.name
+            for r in needs_remeasure(
+                items, median=lambda r: r.median, ok=lambda r: r.ok, suspect=lambda r: r.suspect
+            )
+        ]
+
+    assert contenders(rows) == ["faster", "tied"]
+    # with nothing clean, the suspects that tie the fastest of them contend
+    nothing_clean = [Row("x", 3.0, suspect=True), Row("y", 30.0, suspect=True)]
+    assert contenders(nothing_clean) == ["x"]
+    # a bound (the fastest a disturbed run might be) widens who contends
+    widened = needs_remeasure(
+        rows,
+        median=lambda r: r.median,
+        ok=lambda r: r.ok,
+        suspect=lambda r: r.suspect,
+        bound=lambda r: r.median / 2 if r.median else None,
+    )
+    assert [r.name for r in widened] == ["faster", "tied", "slower"]
+
+
+def test_an_incumbent_is_replaced_only_outside_the_band() -> None:
+    assert replaces_incumbent(None, 50.0)
+    assert not replaces_incumbent(10.0, 9.85)
+    assert not replaces_incumbent(10.0, 12.0)
+    assert replaces_incumbent(10.0, 9.5)
+
+
+@dataclass
+class FakeMeasurement:
+    """The columns of service.store.models.Measurement that the store's rule reads."""
+
+    id: int
+    variant_id: str
+    outcome: str
+    median_us: float | None
+    suspect: bool = False
+
+
+def test_engine_and_store_pick_the_same_winner() -> None:
+    cases = [
+        [("b", 10.0, False), ("a", 10.1, False), ("c", 9.0, True)],
+        [("fast", 5.0, True), ("clean", 8.0, False)],
+        [("x", 7.0, False), ("y", 7.1, True), ("z", 7.12, False)],
+        [("p", 3.0, False), ("q", 3.5, False)],
+    ]
+    for case in cases:
+        results = [
+            BenchResult(
+                f"id-{name}",
+                name,
+                {},
+                Outcome.OK,
+                timing=Timing(median, median, median, median, 10),
+                suspect=suspect,
+            )
+            for name, median, suspect in case
+        ]
+        rows = [
+            FakeMeasurement(i, f"id-{name}", "ok", median, suspect)
+            for i, (name, median, suspect) in enumerate(case)
+        ]
+        names = {f"id-{name}": name for name, _, _ in case}
+        by_engine = engine_pick(results, TIE_BAND)
+        by_store = store_pick(rows, names)  # type: ignore[arg-type]
+        assert by_engine is not None and by_store is not None
+        assert by_engine.variant_id == by_store.variant_id, case
+
+
+def test_adaptive_timing_rule() -> None:
+    from tuner.stats import ci_reached, cpu_share, median_ci, median_ci_rel
+
+    steady = [100.0 + 0.1 * (i % 5) for i in range(40)]
+    noisy = [100.0 * (1.0 + 0.3 * ((i * 7) % 11) / 10) for i in range(40)]
+    assert median_ci_rel(steady) < 0.01 and ci_reached(steady, 0.01, 10)
+    assert not ci_reached(noisy, 0.01, 10)
+    assert not ci_reached(steady[:5], 0.01, 10)  # the floor of repetitions
+    low, high = median_ci(list(range(100)))
+    assert (low, high) == (40, 60)
+    assert cpu_share(0.5, 1.0) == 0.5 and cpu_share(None, 1.0) is None
