@@ -597,8 +597,14 @@ def test_api_killed_inside_an_upload_loses_nothing_and_a_retry_adds_no_rows(team
     assert leased.status_code == 200, leased.text
     lease_id = leased.json()["lease_id"]
     task_id = leased.json()["task"]["task_id"]
-    # the same candidates, each 20% faster than the stored winner: the upsert must replace it
+    # the same candidates, scaled so that the fastest runs at half the stored best config's
+    # median (which may be the team run's winner, faster than this task's): the upsert must
+    # replace it
     fastest = min(m.median_us for m in rows if m.median_us)
+    with team.session() as session:
+        incumbent = session.get(Measurement, best_before.measurement_id)
+        assert incumbent is not None and incumbent.median_us is not None
+        scale = 0.5 * incumbent.median_us / fastest
     upload = {
         "device": device_body,
         "toolchain": {
@@ -612,10 +618,10 @@ def test_api_killed_inside_an_upload_loses_nothing_and_a_retry_adds_no_rows(team
                 "variant_name": variants[m.variant_id].name,
                 "params": variants[m.variant_id].params,
                 "outcome": m.outcome,
-                "median_us": (m.median_us or fastest) * 0.8,
-                "p20_us": (m.median_us or fastest) * 0.79,
-                "p80_us": (m.median_us or fastest) * 0.81,
-                "min_us": (m.median_us or fastest) * 0.78,
+                "median_us": (m.median_us or fastest) * scale,
+                "p20_us": (m.median_us or fastest) * scale * 0.99,
+                "p80_us": (m.median_us or fastest) * scale * 1.01,
+                "min_us": (m.median_us or fastest) * scale * 0.98,
                 "reps": 10,
             }
             for m in rows
