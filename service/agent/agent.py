@@ -75,6 +75,10 @@ class _TaskState:
         return self.cancelled or self.lost
 
 
+#: the fields of an upload that a re-measurement changes
+_TIMING = {"outcome", "median_us", "p20_us", "p80_us", "min_us", "reps", "suspect"}
+
+
 class _UploadingObserver:
     """Engine observer: counts progress and uploads measurements in batches."""
 
@@ -87,6 +91,8 @@ class _UploadingObserver:
     ) -> None:
         self.agent = agent
         self.state = state
+        #: what was queued for upload per variant, to send re-timed results again at the end
+        self.sent: dict[str, MeasurementIn] = {}
         self.device = device
         self.toolchain = toolchain
         self.last_upload = time.monotonic()
@@ -98,9 +104,11 @@ class _UploadingObserver:
 
     def on_result(self, result: BenchResult, done: int, total: int) -> None:
         now = time.monotonic()
+        measurement = measurement_in(result)
         with self.state.lock:
             self.state.done, self.state.total = done, total
-            self.state.pending.append(measurement_in(result))
+            self.state.pending.append(measurement)
+            self.sent[result.variant_id] = measurement
             upload_due = (
                 len(self.state.pending) >= self.agent.upload_batch
                 or now - self.last_upload >= self.agent.upload_interval_s
@@ -110,6 +118,19 @@ class _UploadingObserver:
             self.agent._heartbeat(self.state)
         if upload_due:
             self.flush(final=False)
+
+    def queue_retimed(self, results: Sequence[BenchResult]) -> None:
+        """Queue the final results that differ from what was sent (the engine re-measured
+        suspects and confirmed near-ties after their first timing), so that the store picks
+        its winner from the same timings as the engine."""
+        with self.state.lock:
+            for result in results:
+                first = self.sent.get(result.variant_id)
+                if first is None:
+                    continue
+                final = measurement_in(result)
+                if final.model_dump(include=_TIMING) != first.model_dump(include=_TIMING):
+                    self.state.pending.append(final.model_copy(update={"retimed": True}))
 
     def flush(self, final: bool, error: str | None = None) -> None:
         with self.state.lock:
@@ -286,6 +307,7 @@ class WorkerAgent:
             if state.lost:
                 log.warning("lease %s lost; abandoning task %s", lease_id, task.task_id)
                 return
+            observer.queue_retimed(result.results)
             observer.flush(final=True)
             winner = result.winner.variant_name if result.winner else "none verified"
             log.info(

@@ -136,6 +136,9 @@ class SlotBackend(Backend):
         self.slot = slot
         self.builds = builds
         self.name = inner.name
+        # the engine reads these policies off the backend it is given: the wrapped one's
+        self.compile_overlaps_measure = inner.compile_overlaps_measure
+        self.ci_early_stop = inner.ci_early_stop
 
     def device(self) -> DeviceInfo:
         return self.inner.device()

@@ -134,6 +134,9 @@ class MeasurementIn(RequestModel):
     log: SafeStr = ""
     provenance: JsonDict = Field(default_factory=dict)
     suspect: bool = False
+    #: a later timing of a variant this lease already uploaded (a suspect re-measured once
+    #: quiet, or a near-tie confirmed side by side): it replaces that row's timing, adding no row
+    retimed: bool = False
 
     @model_validator(mode="after")
     def _ok_has_time(self) -> MeasurementIn:

@@ -15,7 +15,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict, InvalidInput
-from service.schemas.worker import ResultsIn
+from service.schemas.worker import MeasurementIn, ResultsIn
 from service.store.confirm import queue_confirmation, refresh_key
 from service.store.keys import (
     device_row,
@@ -232,6 +232,31 @@ def _lock_task(session: Session, lease_id: str) -> None:
         )
 
 
+#: what a re-timing replaces in the lease's row of its variant (MeasurementIn.retimed)
+_RETIMED_FIELDS = (
+    "outcome",
+    "median_us",
+    "p20_us",
+    "p80_us",
+    "min_us",
+    "reps",
+    "throughput",
+    "suspect",
+    "log",
+    "provenance",
+)
+
+
+def _retime(session: Session, lease_id: str, item: MeasurementIn) -> None:
+    """Replace the timing of the lease's stored row of ``item``'s variant (no row added)."""
+    session.execute(
+        update(Measurement)
+        .where(Measurement.lease_id == lease_id, Measurement.variant_id == item.variant_id)
+        .values({name: getattr(item, name) for name in _RETIMED_FIELDS})
+        .execution_options(synchronize_session=False)
+    )
+
+
 def store_results(
     session: Session, lease_id: str, body: ResultsIn, *, verify: bool = True
 ) -> dict[str, Any]:
@@ -251,6 +276,7 @@ def store_results(
     lease, task = held_task(session, lease_id)
     batch = {item.variant_id: item for item in body.measurements}
     already = _stored_variants(session, lease.id, set(batch))
+    retimed = {v for v, item in batch.items() if item.retimed and v in already}
     if task.status in ("done", "failed"):
         if body.final and set(batch) <= already:
             return _replayed_answer(session, task, len(batch))
@@ -275,7 +301,7 @@ def store_results(
         now = utcnow()
         rows = [
             {
-                **item.model_dump(exclude={"variant_name", "params"}),
+                **item.model_dump(exclude={"variant_name", "params", "retimed"}),
                 "task_id": task.id,
                 "job_id": job.id,
                 "op": job.op,
@@ -294,6 +320,8 @@ def store_results(
         ]
         # ON CONFLICT DO NOTHING: two concurrent retries of one batch store it once
         insert_ignore(session, Measurement, rows)
+        for variant_id in retimed:
+            _retime(session, lease.id, batch[variant_id])
     winner = _finish(session, task, job, body, device_id, toolchain_id) if body.final else None
     session.flush()
     return {"stored": len(batch), "winner": winner, "task_status": task.status}

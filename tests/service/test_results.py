@@ -202,3 +202,25 @@ def test_the_incumbent_is_judged_by_its_measurement_in_the_same_job(api: Any) ->
     assert (
         api.best(op="reduce", dtype="f32", m=1024, k=4096, kind="sum").json()["variant_name"] == "d"
     )
+
+
+def test_a_retimed_result_replaces_its_first_timing_and_decides_the_winner(api: Any) -> None:
+    """The engine re-measures suspects and confirms near-ties after their first upload; the
+    final upload sends those timings again (``retimed``), so the store's winner is picked from
+    the same timings as the engine's, and no row is added."""
+    api.submit()
+    lease_id = api.lease(api.register())["lease_id"]
+    api.upload(
+        lease_id,
+        [api.measurement("a", 10.0), api.measurement("b", 10.1, suspect=True)],
+        final=False,
+    )
+    final = api.upload(lease_id, [api.measurement("b", 8.0, retimed=True)])
+    assert final["winner"]["variant_name"] == "b" and final["winner"]["median_us"] == 8.0
+    with api.harness.sessionmaker() as session:
+        rows = session.scalars(select(Measurement).order_by(Measurement.variant_id)).all()
+        assert [(m.variant_id, m.median_us, m.suspect) for m in rows] == [
+            ("sha-a", 10.0, False),
+            ("sha-b", 8.0, False),
+        ]
+    assert _best_median(api) == 8.0
