@@ -47,7 +47,9 @@ def _config(token: str) -> SchemathesisConfig:
             "seed": SEED,
             "suppress-health-check": ["all"],
             "headers": {"Authorization": f"Bearer {token}"},
-            "checks": {"enabled": True},
+            # every check but use_after_free: DELETE /v1/jobs/{id} cancels a job, and a cancelled
+            # job stays readable (its measurements are history), as the route documents
+            "checks": {"enabled": True, "use_after_free": {"enabled": False}},
             "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True},
             "phases": {"stateful": {"max-steps": 8}},
             "operations": [

@@ -50,7 +50,7 @@ from service.store.models import (
 )
 from service.store.results import pick_winner
 from service.store.tokens import create_token
-from tuner.winner import TIE_BAND
+from tuner import winner as winner_rule
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
@@ -426,6 +426,27 @@ def test_each_winner_follows_the_store_rule_like_a_single_worker(team: Team) -> 
                 assert winner is not None and task.winner_measurement_id == winner.id
 
 
+def _expected_best(session: Session, incumbent: Measurement, candidate: Measurement) -> Measurement:
+    """The best config tuner.winner's replacement rule keeps: the candidate only when it is
+    more than the tie band faster than the incumbent, as timed by the candidate's own task
+    when that task measured the incumbent's variant too, else as stored."""
+    again = session.scalars(
+        select(Measurement).where(
+            Measurement.task_id == candidate.task_id,
+            Measurement.variant_id == incumbent.variant_id,
+        )
+    ).first()
+    reference = winner_rule.incumbent_reference(
+        incumbent.median_us,
+        None if again is None else (again.outcome == "ok" and again.median_us is not None),
+        again.median_us if again is not None else None,
+    )
+    assert candidate.median_us is not None
+    return (
+        candidate if winner_rule.replaces_incumbent(reference, candidate.median_us) else incumbent
+    )
+
+
 def test_best_configs_follow_the_upsert_rule_over_both_runs(team: Team) -> None:
     with team.session() as session:
         for problem_key in {
@@ -445,10 +466,7 @@ def test_best_configs_follow_the_upsert_rule_over_both_runs(team: Team) -> None:
                 select(BestConfig).where(BestConfig.problem_key == problem_key)
             ).one()
             assert solo.median_us is not None and teamed.median_us is not None
-            if teamed.median_us < solo.median_us * (1 - TIE_BAND):
-                assert best.measurement_id == teamed.id  # clearly faster: replaced
-            else:
-                assert best.measurement_id == solo.id  # within the tie band: the incumbent stays
+            assert best.measurement_id == _expected_best(session, solo, teamed).id
 
 
 # -- two workers race for one task ----------------------------------------------------------
@@ -682,7 +700,8 @@ def test_api_killed_inside_an_upload_loses_nothing_and_a_retry_adds_no_rows(team
         assert best is not None and best.measurement_id == best_before.measurement_id
         _assert_consistent(session)
 
-    # the worker retries the whole upload through API A: stored once, and the winner moves
+    # the worker retries the whole upload through API A: stored once, and the best config
+    # follows the replacement rule
     retried = httpx.post(
         f"{team.url_a}/v1/leases/{lease_id}/results", json=upload, headers=headers, timeout=60
     )
@@ -700,7 +719,10 @@ def test_api_killed_inside_an_upload_loses_nothing_and_a_retry_adds_no_rows(team
         task = session.get(Task, task_id)
         assert task is not None and task.status == "done"
         best = session.get(BestConfig, best_before.id)
-        assert best is not None and best.measurement_id == task.winner_measurement_id
+        incumbent = session.get(Measurement, best_before.measurement_id)
+        candidate = session.get(Measurement, task.winner_measurement_id)
+        assert best is not None and incumbent is not None and candidate is not None
+        assert best.measurement_id == _expected_best(session, incumbent, candidate).id
         _assert_consistent(session)
     assert team.job(job_id)["status"] == "done"
 
