@@ -24,6 +24,7 @@ __all__ = [
     "lanes_per_row",
     "mapping_label",
     "prune_row_mapping",
+    "widest_first",
 ]
 
 CTYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
@@ -77,3 +78,9 @@ def prune_row_mapping(params: Params, problem: Problem, layout: str) -> str | No
     if lanes > 2 and lanes * pack >= 2 * k:
         return f"{lanes} lanes x pack {pack} per row leaves most lanes idle at k={k}"
     return None
+
+
+def widest_first(candidates: list[Params], *keys: str) -> list[Params]:
+    """Candidates with the widest vector access first (a capped search sees them first; every
+    pack runs at every k), then by ``keys`` of the caller, then in enumeration order."""
+    return sorted(candidates, key=lambda p: (-int(p["pack"]), *(p[key] for key in keys)))

@@ -25,6 +25,7 @@ from tuner.spaces.cuda_rows import (
     packs_for,
     prune_row_mapping,
     row_mappings,
+    widest_first,
 )
 
 __all__ = [
@@ -101,6 +102,15 @@ class CudaSoftmaxSpace(VariantSpace):
         if k > capacity:
             return f"k={k} does not fit in registers (at most {capacity} per row)"
         return None
+
+    def order(
+        self, candidates: list[Params], problem: Problem, dtype: str, layout: str
+    ) -> list[Params]:
+        """Widest pack first; within a pack the one-read modes (registers, then shared memory)
+        before two passes."""
+        ranked = [{**p, "_mode_rank": MODES.index(p["mode"])} for p in candidates]
+        ordered = widest_first(ranked, "_mode_rank")
+        return [{k: v for k, v in p.items() if k != "_mode_rank"} for p in ordered]
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
         return (
