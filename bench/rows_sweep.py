@@ -55,8 +55,18 @@ def shapes() -> list[tuple[str, str, dict[str, Any]]]:
     return out
 
 
-def _tune_once(backend: CudaBackend, config: EngineConfig, op: str, dims: dict) -> Any:
+#: shapes tuned once for time and once for energy (joules per launch, NVML counter)
+ENERGY_SHAPES = [
+    ("softmax", {"m": 5341, "k": 50257}),
+    ("reduce", {"m": 8388, "k": 32000, "kind": "sum"}),
+]
+
+
+def _tune_once(
+    backend: CudaBackend, config: EngineConfig, op: str, dims: dict, objective: str = "time"
+) -> Any:
     request = TuneRequest(
+        objective=objective,  # type: ignore[arg-type]
         op=op,
         dtype="f16",
         layout="row",
@@ -124,15 +134,41 @@ def phase_tune(config: EngineConfig, deadline: float) -> list[dict[str, Any]]:
     return rows
 
 
+def phase_energy(config: EngineConfig) -> list[dict[str, Any]]:
+    """Each shape tuned for time, then for energy: both winners' time and joules side by side
+    (read from the energy tuning, where every candidate has both)."""
+    backend = CudaBackend(config)
+    out: list[dict[str, Any]] = []
+    try:
+        for op, dims in ENERGY_SHAPES:
+            by_time = _tune_once(backend, config, op, dims).winner
+            energy = _tune_once(backend, config, op, dims, "energy")
+            measured = {r.variant_name: r for r in energy.results if r.ok}
+            row: dict[str, Any] = {"op": op, "problem": dims}
+            for label, win in (("time", by_time), ("energy", energy.winner)):
+                seen = measured.get(win.variant_name) if win else None
+                row[label] = {
+                    "winner": win.variant_name if win else None,
+                    "median_us": seen.timing.median_us if seen and seen.timing else None,
+                    "energy_j": seen.energy_j if seen else None,
+                }
+            out.append(row)
+            print(f"[energy] {op} {dims} {row}", flush=True)
+    finally:
+        backend.close()
+    return out
+
+
 def _geomean(values: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
 
 
-def report(out: Path, rows: list[dict[str, Any]], copy_gbps: float, meta: dict) -> None:
+def report(
+    out: Path, rows: list[dict[str, Any]], copy_gbps: float, meta: dict, energy: list[dict]
+) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "rows.json").write_text(
-        json.dumps({"meta": meta, "copy_gbps": copy_gbps, "rows": rows}, indent=1, default=str)
-    )
+    payload = {"meta": meta, "copy_gbps": copy_gbps, "rows": rows, "energy": energy}
+    (out / "rows.json").write_text(json.dumps(payload, indent=1, default=str))
     lines = [
         f"Device {meta['device']}, {meta['date']}, `{meta['command']}`; copy {copy_gbps:.0f} GB/s.",
         "",
@@ -174,7 +210,18 @@ def report(out: Path, rows: list[dict[str, Any]], copy_gbps: float, meta: dict) 
         "Target misses:",
         *(f"- {m}" for m in misses),
         "",
+        "| energy shape | objective | winner | us per launch | mJ per launch |",
+        "|---|---|---|---|---|",
     ]
+    for e in energy:
+        p = e["problem"]
+        for label in ("time", "energy"):
+            w = e[label]
+            us = f"{w['median_us']:.1f}" if w["median_us"] else "-"
+            mj = f"{w['energy_j'] * 1000:.3f}" if w["energy_j"] else "-"
+            lines.append(
+                f"| {e['op']} M={p['m']} K={p['k']} | {label} | `{w['winner']}` | {us} | {mj} |"
+            )
     (out / "rows.md").write_text("\n".join(lines))
     print("\n".join(lines), flush=True)
 
@@ -200,6 +247,11 @@ def main() -> int:
     )
     started = time.monotonic()
     rows = phase_tune(config, started + args.max_seconds)
+    try:
+        energy = phase_energy(config)
+    except Exception as exc:  # reported, the comparison still runs
+        print(f"[energy] failed: {type(exc).__name__}: {exc}", flush=True)
+        energy = []
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rows-tune.json").write_text(json.dumps(rows, indent=1, default=str))
     copy_gbps = vs_vendor.phase_compare(rows)
@@ -212,7 +264,7 @@ def main() -> int:
         "tune_wall_seconds": time.monotonic() - started,
         "torch": torch.__version__,
     }
-    report(args.out, rows, copy_gbps, meta)
+    report(args.out, rows, copy_gbps, meta, energy)
     return 0
 
 

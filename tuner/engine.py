@@ -22,7 +22,14 @@ from tuner.errors import InvalidRequestError, NoVariantsError
 from tuner.registry import load_space, load_strategy_class
 from tuner.render import render_variant
 from tuner.spaces.base import Params
-from tuner.types import BenchResult, EngineConfig, Outcome, ProblemResult, TuneRequest
+from tuner.types import (
+    BenchResult,
+    EngineConfig,
+    Objective,
+    Outcome,
+    ProblemResult,
+    TuneRequest,
+)
 
 __all__ = ["TuneObserver", "tune", "pick_winner", "candidate_params"]
 
@@ -54,14 +61,27 @@ def candidate_params(
     return kept, pruned
 
 
-def pick_winner(results: Sequence[BenchResult], tie_band: float) -> BenchResult | None:
-    """The fastest verified result; medians within ``tie_band`` of it are a tie, broken by
-    name so that re-tuning the same space does not flip the winner on noise."""
+def pick_winner(
+    results: Sequence[BenchResult], tie_band: float, objective: Objective = "time"
+) -> BenchResult | None:
+    """The best verified result: the fastest median (``time``) or the fewest joules per launch
+    (``energy``, among results that carry energy); values within ``tie_band`` of the best are a
+    tie, broken by name so that re-tuning the same space does not flip the winner on noise."""
     verified = [r for r in results if r.ok and r.timing is not None]
+    if objective == "energy":
+        verified = [r for r in verified if r.energy_j is not None]
     if not verified:
         return None
-    best = min(r.timing.median_us for r in verified if r.timing)
-    tied = [r for r in verified if r.timing and r.timing.median_us <= best * (1.0 + tie_band)]
+
+    def score(r: BenchResult) -> float:
+        if objective == "energy":
+            assert r.energy_j is not None
+            return r.energy_j
+        assert r.timing is not None
+        return r.timing.median_us
+
+    best = min(score(r) for r in verified)
+    tied = [r for r in verified if score(r) <= best * (1.0 + tie_band)]
     return min(tied, key=lambda r: r.variant_name)
 
 
@@ -73,9 +93,9 @@ def tune(
     should_stop: Callable[[], bool] | None = None,
 ) -> ProblemResult:
     """Tune one problem on the backend's device and return every candidate's result."""
-    if request.objective != "time":
+    if request.objective == "energy" and not backend.measures_energy:
         raise InvalidRequestError(
-            "objective", f"{request.objective!r} is not measured yet; use 'time'"
+            "objective", f"the {backend.name} backend cannot measure energy; use 'time'"
         )
     started = time.monotonic()
     device = backend.device()
@@ -138,7 +158,9 @@ def tune(
                     log=built.log[-4000:],
                 )
             else:
-                abort = best_us * config.abort_slower_than if best_us else None
+                # a slow variant may still draw the least energy: abort on time only
+                timed = request.objective == "time"
+                abort = best_us * config.abort_slower_than if best_us and timed else None
                 result = replace(
                     backend.run(variant, built.artifact, request, abort),
                     compile_seconds=built.seconds,
@@ -159,6 +181,6 @@ def tune(
         device=device,
         toolchain=backend.toolchain(space),
         results=results,
-        winner=pick_winner(results, config.tie_band),
+        winner=pick_winner(results, config.tie_band, request.objective),
         seconds=time.monotonic() - started,
     )

@@ -30,6 +30,9 @@ __all__ = ["Backend"]
 
 class Backend(ABC):
     name: str
+    #: whether ``run`` stores joules per launch (``BenchResult.energy_j``): the ``energy``
+    #: objective is refused for backends without an energy counter
+    measures_energy: bool = False
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
