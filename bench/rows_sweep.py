@@ -56,7 +56,7 @@ def shapes() -> list[tuple[str, str, dict[str, Any]]]:
 
 
 #: shapes tuned once for time and once for energy (joules per launch, NVML counter)
-ENERGY_SHAPES = [
+ENERGY_SHAPES: list[tuple[str, dict[str, Any]]] = [
     ("softmax", {"m": 5341, "k": 50257}),
     ("reduce", {"m": 8388, "k": 32000, "kind": "sum"}),
 ]
@@ -197,8 +197,9 @@ def report(
                 misses.append(f"{name}: {rel['copy'] or 0:.2f}x copy < {need}")
         if r["suite"] == "softmax":
             for n in ("torch", "triton"):
-                if rel[n] is not None and rel[n] < 1.0:
-                    misses.append(f"{name}: {rel[n]:.2f}x {n} < 1.0")
+                ratio = rel[n]
+                if ratio is not None and ratio < 1.0:
+                    misses.append(f"{name}: {ratio:.2f}x {n} < 1.0")
             if r["sweep"] == "few" and rel["torch"]:
                 few.append(rel["torch"])
     stable = [r["stable"] for r in rows if r["stable"] is not None]
