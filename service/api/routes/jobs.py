@@ -9,13 +9,14 @@ from fastapi import APIRouter, Depends, Query, status
 from sqlalchemy import select
 
 from service.api.deps import SessionDep, require_read, require_scope
-from service.errors import NotFound
+from service.errors import InvalidInput, NotFound
 from service.schemas.common import JobStatus, Op
 from service.schemas.jobs import JobCreate, JobList, JobOut
 from service.store.models import Job, Task
 from service.store.queue import cancel_job
 from service.store.validation import parse_problem, usable_id
 from service.store.views import job_dict
+from tuner.registry import measures_energy
 
 __all__ = ["router"]
 
@@ -35,6 +36,11 @@ def submit_job(body: JobCreate, session: SessionDep) -> dict[str, Any]:
         parse_problem(body.op, fields, ["body", "problems", index])
         for index, fields in enumerate(body.problems)
     ]
+    if body.objective == "energy" and not measures_energy(body.device.backend):
+        raise InvalidInput(
+            ["body", "objective"],
+            f"the {body.device.backend} backend has no energy counter; use objective 'time'",
+        )
     assert body.layout is not None
     selector = body.device.model_dump(exclude_none=True)
     job = Job(
