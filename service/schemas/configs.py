@@ -102,6 +102,7 @@ class MeasurementOut(ResponseModel):
     throughput: float | None
     throughput_unit: str
     compile_seconds: float | None
+    energy_j: float | None = None
     log: str
     provenance: dict[str, Any]
     suspect: bool

@@ -175,3 +175,14 @@ def test_measurements_listing(api: Any) -> None:
     assert api.client.get("/v1/measurements").status_code == 422
     bad = api.client.get("/v1/measurements", params={"op": "reduce", "dtype": "f32", "m": 0})
     assert bad.status_code == 422
+
+
+def test_energy_per_launch_is_stored_with_the_measurement(api: Any) -> None:
+    shown = api.tune(
+        [api.measurement("metered", 5.0, energy_j=0.0123), api.measurement("cpu", 6.0)]
+    )
+    items = api.client.get("/v1/measurements", params={"job_id": shown["id"]}).json()[
+        "measurements"
+    ]
+    by_name = {m["variant_name"]: m["energy_j"] for m in items}
+    assert by_name == {"metered": 0.0123, "cpu": None}
