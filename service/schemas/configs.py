@@ -57,6 +57,9 @@ class BestConfigOut(ResponseModel):
     device: DeviceOut
     toolchain: ToolchainOut
     measured_at: datetime
+    #: the objective this answer minimises
+    objective: str = "time"
+    energy_j: float | None = None
 
 
 class ConfigQuery(RequestModel):

@@ -132,4 +132,7 @@ def find_best(
         "device": device_dict(dev),
         "toolchain": toolchain_dict(tc),
         "measured_at": measurement.created_at,
+        # best configs are kept for the time objective; energy winners stay on their jobs
+        "objective": "time",
+        "energy_j": measurement.energy_j,
     }

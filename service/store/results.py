@@ -37,12 +37,20 @@ TIE_BAND = 0.02
 UpsertOutcome = Literal["inserted", "replaced", "kept"]
 
 
-def pick_winner(measurements: Sequence[Measurement], names: dict[str, str]) -> Measurement | None:
-    """The winning verified measurement (see the module doc), or None."""
+def pick_winner(
+    measurements: Sequence[Measurement], names: dict[str, str], objective: str = "time"
+) -> Measurement | None:
+    """The winning verified measurement (see the module doc), or None. Under objective energy:
+    the least joules per launch among verified measurements that carry one."""
     verified = [m for m in measurements if m.outcome == "ok" and m.median_us is not None]
     clean = [m for m in verified if not m.suspect] or verified
     if not clean:
         return None
+    if objective == "energy":
+        metered = [m for m in clean if m.energy_j is not None]
+        if not metered:
+            return None
+        return min(metered, key=lambda m: (m.energy_j or 0.0, names.get(m.variant_id, ""), m.id))
     best = min(m.median_us for m in clean if m.median_us is not None)
     tied = [m for m in clean if m.median_us is not None and m.median_us <= best * (1 + TIE_BAND)]
     return min(tied, key=lambda m: (names.get(m.variant_id, ""), m.variant_id, m.id))
@@ -160,8 +168,9 @@ def _finish(
             )
         ).all()
     )
-    winner = pick_winner(measurements, names)
-    if winner is not None:
+    winner = pick_winner(measurements, names, job.objective)
+    # best_configs answer the time objective: an energy winner stays on its task only
+    if winner is not None and job.objective == "time":
         outcome = upsert_best(session, winner)
         log.info("task %s: winner %s (%s best config)", task.id, names[winner.variant_id], outcome)
     if task.status != "cancelled":
