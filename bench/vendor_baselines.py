@@ -116,9 +116,43 @@ def _softmax_kernel(x, y, stride, N, BLOCK: tl.constexpr):
     tl.store(y + row * stride + offs, (e / tl.sum(e, axis=0)).to(y.dtype.element_ty), mask=offs < N)
 
 
+@triton.autotune(configs=[triton.Config({}, num_warps=w) for w in (4, 8, 16)], key=["N"])
+@triton.jit
+def _softmax_online_kernel(x, y, stride, N, BLOCK: tl.constexpr):
+    """Rows longer than one block: a running (max, sum) per lane over chunks, then a second
+    read that normalises (two reads, one write)."""
+    row = tl.program_id(0)
+    xr = x + row * stride
+    yr = y + row * stride
+    run_max = tl.full([BLOCK], -float("inf"), tl.float32)
+    run_sum = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, N, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        v = tl.load(xr + offs, mask=offs < N, other=-float("inf")).to(tl.float32)
+        new_max = tl.maximum(run_max, v)
+        live = new_max != -float("inf")  # lanes that have seen no element yet stay at 0
+        scaled = tl.where(live, run_sum * tl.exp(run_max - new_max), 0.0)
+        run_sum = scaled + tl.where(live, tl.exp(v - new_max), 0.0)
+        run_max = new_max
+    row_max = tl.max(run_max, axis=0)
+    row_sum = tl.sum(tl.where(run_sum > 0, run_sum * tl.exp(run_max - row_max), 0.0), axis=0)
+    inv = 1.0 / row_sum
+    for start in range(0, N, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        v = tl.load(xr + offs, mask=offs < N, other=-float("inf")).to(tl.float32)
+        tl.store(yr + offs, (tl.exp(v - row_max) * inv).to(y.dtype.element_ty), mask=offs < N)
+
+
+#: longest row the one-block Triton kernel keeps on chip; longer rows take the online kernel
+_TRITON_ONE_BLOCK = 16384
+
+
 def _triton_softmax(x: torch.Tensor, y: torch.Tensor) -> None:
     m, n = x.shape
-    _softmax_kernel[(m,)](x, y, x.stride(0), n, BLOCK=triton.next_power_of_2(n))
+    if n <= _TRITON_ONE_BLOCK:
+        _softmax_kernel[(m,)](x, y, x.stride(0), n, BLOCK=triton.next_power_of_2(n))
+    else:
+        _softmax_online_kernel[(m,)](x, y, x.stride(0), n, BLOCK=4096)
 
 
 def gemm_baselines(

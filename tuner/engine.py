@@ -37,6 +37,7 @@ from tuner.types import (
     CompileResult,
     DeviceInfo,
     EngineConfig,
+    Objective,
     Outcome,
     ProblemResult,
     TuneRequest,
@@ -85,8 +86,19 @@ def has_problem_order(space: VariantSpace) -> bool:
     return type(space).order is not VariantSpace.order
 
 
-def pick_winner(results: Sequence[BenchResult], tie_band: float) -> BenchResult | None:
-    """The engine's side of :mod:`tuner.winner`: the verified winner of ``results``."""
+def pick_winner(
+    results: Sequence[BenchResult], tie_band: float, objective: Objective = "time"
+) -> BenchResult | None:
+    """The engine's side of :mod:`tuner.winner`: the verified winner of ``results``, by median
+    time or, under objective ``energy``, by joules per launch (among results that carry one)."""
+    if objective == "energy":
+        return winner.pick(
+            [r for r in results if r.timing is not None],
+            median=lambda r: r.energy_j,
+            name=lambda r: r.variant_name,
+            ok=lambda r: r.ok,
+            tie_band=tie_band,
+        )
     return winner.pick(
         results,
         median=lambda r: r.timing.median_us if r.timing else None,
@@ -266,9 +278,9 @@ def tune(
     should_stop: Callable[[], bool] | None = None,
 ) -> ProblemResult:
     """Tune one problem on the backend's device and return every candidate's result."""
-    if request.objective != "time":
+    if request.objective == "energy" and not backend.measures_energy:
         raise InvalidRequestError(
-            "objective", f"{request.objective!r} is not measured yet; use 'time'"
+            "objective", f"the {backend.name} backend cannot measure energy; use 'time'"
         )
     started = time.monotonic()
     device = backend.device()
@@ -307,6 +319,8 @@ def tune(
     results: list[BenchResult] = []
     best_us: float | None = None
     asked = 0
+    # a slow variant may still draw the least energy: stop early on time only
+    timed = request.objective == "time"
 
     def out_of_budget() -> bool:
         return time.monotonic() >= deadline or bool(should_stop and should_stop())
@@ -330,7 +344,7 @@ def tune(
             for index, variant in zip(batch, variants, strict=True):
                 if out_of_budget():
                     break
-                abort = best_us * slower if best_us else None
+                abort = best_us * slower if best_us and timed else None
                 result = runner.measure(variant, builds[variant.id], abort)
                 if (
                     result.ok
@@ -363,6 +377,6 @@ def tune(
         device=device,
         toolchain=backend.toolchain(space),
         results=results,
-        winner=pick_winner(results, config.tie_band),
+        winner=pick_winner(results, config.tie_band, request.objective),
         seconds=time.monotonic() - started,
     )

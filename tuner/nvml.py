@@ -12,7 +12,13 @@ import logging
 from collections.abc import Collection
 from typing import Any
 
-__all__ = ["read_device", "suspect_reasons", "THROTTLE_REASONS", "SUSPECT_THROTTLE_MASK"]
+__all__ = [
+    "read_device",
+    "total_energy_mj",
+    "suspect_reasons",
+    "THROTTLE_REASONS",
+    "SUSPECT_THROTTLE_MASK",
+]
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +92,20 @@ def read_device(index: int | None = None, pci_bus_id: str | None = None) -> dict
         "pids": sorted({int(p.pid) for p in procs}),
     }
     return reading
+
+
+def total_energy_mj(index: int | None = None, pci_bus_id: str | None = None) -> int | None:
+    """The device's total-energy counter (mJ since the driver loaded), None where unsupported."""
+    nv = _nvml()
+    if nv is None:
+        return None
+    handle = _safe(nv.nvmlDeviceGetHandleByPciBusId, pci_bus_id) if pci_bus_id else None
+    if handle is None:
+        handle = _safe(nv.nvmlDeviceGetHandleByIndex, index or 0)
+    if handle is None:
+        return None
+    value = _safe(nv.nvmlDeviceGetTotalEnergyConsumption, handle)
+    return int(value) if value is not None else None
 
 
 def suspect_reasons(

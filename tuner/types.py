@@ -208,6 +208,8 @@ class BenchResult:
     provenance: dict[str, Any] = field(default_factory=dict)
     #: measurement taken while throttled or while another process used the device
     suspect: bool = False
+    #: joules per launch over the timed batches; None where the backend cannot measure it
+    energy_j: float | None = None
 
     @property
     def ok(self) -> bool:

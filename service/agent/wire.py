@@ -70,6 +70,7 @@ def measurement_in(result: BenchResult) -> MeasurementIn:
             "throughput": _finite(result.throughput),
             "throughput_unit": result.throughput_unit,
             "compile_seconds": _finite(result.compile_seconds),
+            "energy_j": _finite(result.energy_j),
             "log": result.log[-MAX_LOG_CHARS:],
             "provenance": _finite(dict(result.provenance)),
             "suspect": bool(result.suspect),

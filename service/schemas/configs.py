@@ -60,6 +60,9 @@ class BestConfigOut(ResponseModel):
     #: a second worker (another token, same device key) re-measured the winner within the
     #: tie band (job ``confirm: 2``); false until then
     confirmed: bool = False
+    #: the objective this answer minimises
+    objective: str = "time"
+    energy_j: float | None = None
 
 
 class ConfigQuery(RequestModel):
@@ -105,6 +108,7 @@ class MeasurementOut(ResponseModel):
     throughput: float | None
     throughput_unit: str
     compile_seconds: float | None
+    energy_j: float | None = None
     log: str
     provenance: dict[str, Any]
     suspect: bool

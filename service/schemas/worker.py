@@ -130,6 +130,8 @@ class MeasurementIn(RequestModel):
     throughput: float | None = Field(default=None, ge=0, le=1e15)
     throughput_unit: SafeStr = Field(default="", max_length=32)
     compile_seconds: float | None = Field(default=None, ge=0, le=1e7)
+    #: joules per launch over the timed batches (NVML energy counter); None without one
+    energy_j: float | None = Field(default=None, ge=0, le=1e9)
     #: long logs are cut to their last MAX_LOG_CHARS characters, not refused
     log: SafeStr = ""
     provenance: JsonDict = Field(default_factory=dict)

@@ -90,6 +90,7 @@ _ANSWER = select(
     Measurement.p80_us,
     Measurement.throughput,
     Measurement.throughput_unit,
+    Measurement.energy_j,
     Measurement.created_at.label("measured_at"),
     Device.backend,
     Device.name.label("device_name"),
@@ -191,6 +192,9 @@ def _answer(query: LookupQuery, rows: Sequence[Row[Any]], exact: bool) -> dict[s
         },
         "measured_at": row.measured_at,
         "confirmed": row.confirmed,
+        # best configs are kept for the time objective; energy winners stay on their jobs
+        "objective": "time",
+        "energy_j": row.energy_j,
     }
 
 

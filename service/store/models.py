@@ -240,6 +240,8 @@ class Measurement(Base):
     throughput: Mapped[float | None] = mapped_column(Float, default=None)
     throughput_unit: Mapped[str] = mapped_column(String(32), default="")
     compile_seconds: Mapped[float | None] = mapped_column(Float, default=None)
+    #: joules per launch (objective energy); None where the backend has no counter
+    energy_j: Mapped[float | None] = mapped_column(Float, default=None)
     log: Mapped[str] = mapped_column(Text, default="")
     provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
     suspect: Mapped[bool] = mapped_column(Boolean, default=False)

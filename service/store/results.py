@@ -48,13 +48,16 @@ log = logging.getLogger(__name__)
 UpsertOutcome = Literal["inserted", "replaced", "kept"]
 
 
-def pick_winner(measurements: Sequence[Measurement], names: dict[str, str]) -> Measurement | None:
-    """The winning verified measurement by :func:`tuner.winner.pick`, or None."""
+def pick_winner(
+    measurements: Sequence[Measurement], names: dict[str, str], objective: str = "time"
+) -> Measurement | None:
+    """The winning verified measurement by :func:`tuner.winner.pick`, or None. Under objective
+    energy the score is joules per launch, among the measurements that carry one."""
     return winner_rule.pick(
         measurements,
-        median=lambda m: m.median_us,
+        median=(lambda m: m.energy_j) if objective == "energy" else (lambda m: m.median_us),
         name=lambda m: (names.get(m.variant_id, ""), m.variant_id, m.id),
-        ok=lambda m: m.outcome == "ok",
+        ok=lambda m: m.outcome == "ok" and m.median_us is not None,
     )
 
 
@@ -352,8 +355,9 @@ def _finish(
             )
         ).all()
     )
-    winner = pick_winner(measurements, names)
-    if winner is not None:
+    winner = pick_winner(measurements, names, job.objective)
+    # best_configs answer the time objective: an energy winner stays on its task only
+    if winner is not None and job.objective == "time":
         outcome = upsert_best(session, winner)
         log.info("task %s: winner %s (%s best config)", task.id, names[winner.variant_id], outcome)
         device_id, toolchain_id = winner.device_id, winner.toolchain_id

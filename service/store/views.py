@@ -84,6 +84,7 @@ def measurement_dict(
         "throughput": measurement.throughput,
         "throughput_unit": measurement.throughput_unit,
         "compile_seconds": measurement.compile_seconds,
+        "energy_j": measurement.energy_j,
         "log": measurement.log,
         "provenance": measurement.provenance,
         "suspect": measurement.suspect,

@@ -203,3 +203,47 @@ def test_hang_times_out_and_the_harness_recovers(tmp_path: Path) -> None:
         assert backend.run(good, good_artifact, request).outcome is Outcome.OK
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize(
+    ("op", "dims", "params"),
+    [
+        # odd k: every row after the first starts off the vector boundary (head + body + tail)
+        (
+            "reduce",
+            {"m": 37, "k": 50257, "kind": "sum"},
+            {"pack": 8, "strategy": "block", "group": 256, "threads": 256},
+        ),
+        (
+            "reduce",
+            {"m": 301, "k": 1009, "kind": "max"},
+            {"pack": 8, "strategy": "group", "group": 4, "threads": 128},
+        ),
+        (
+            "softmax",
+            {"m": 129, "k": 1009},
+            {"pack": 8, "strategy": "warp", "group": 32, "threads": 128, "mode": "reg"},
+        ),
+        (
+            "softmax",
+            {"m": 19, "k": 50257},
+            {"pack": 8, "strategy": "block", "group": 1024, "threads": 1024, "mode": "smem"},
+        ),
+        (
+            "softmax",
+            {"m": 5, "k": 151937},
+            {"pack": 4, "strategy": "block", "group": 512, "threads": 512, "mode": "2pass"},
+        ),
+        (
+            "softmax",
+            {"m": 3, "k": 5},  # shorter than one pack: head and tail only
+            {"pack": 8, "strategy": "group", "group": 2, "threads": 128, "mode": "reg"},
+        ),
+    ],
+)
+def test_any_k_vector_variants_verify(
+    backend: CudaBackend, op: str, dims: dict, params: dict
+) -> None:
+    variant = _space_variant(backend, op, "f16", params)
+    result = backend.run(variant, _build(backend, variant), _request(op, "f16", dims))
+    assert result.outcome is Outcome.OK, result.log

@@ -101,6 +101,8 @@ BAD_BODIES = [
     ({"layout": "rcr"}, ["body", "layout"]),
     ({"strategy": "annealing"}, ["body", "strategy"]),
     ({"objective": "joy"}, ["body", "objective"]),
+    # the CPU backend has no energy counter: refused at submission, not failed in the engine
+    ({"objective": "energy", "device": {"backend": "cpu"}}, ["body", "objective"]),
     ({"device": {"backend": "tpu"}}, ["body", "device", "backend"]),
     ({"device": {"backend": "cpu", "colour": "red"}}, ["body", "device", "colour"]),
     ({"budget": {"max_variants": 0}}, ["body", "budget", "max_variants"]),
@@ -147,3 +149,13 @@ def test_conv2d_with_an_empty_output_is_rejected(api: Any) -> None:
     )
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"][:3] == ["body", "problems", 0]
+
+
+def test_energy_on_the_cpu_backend_says_why(api: Any) -> None:
+    body = api.job_body(objective="energy")
+    response = api.client.post("/v1/jobs", json=body, headers=api.harness.submit)
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "objective"] and "energy counter" in error["msg"]
+    listed = api.client.get("/v1/jobs", headers=api.harness.submit).json()["jobs"]
+    assert listed == []

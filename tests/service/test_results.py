@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from service.store.models import BestConfig, Measurement
+from tests.service.conftest import H200
 
 
 def _best_median(api: Any, **query: Any) -> float:
@@ -224,3 +225,37 @@ def test_a_retimed_result_replaces_its_first_timing_and_decides_the_winner(api: 
             ("sha-b", 8.0, False),
         ]
     assert _best_median(api) == 8.0
+
+
+def test_energy_per_launch_is_stored_with_the_measurement(api: Any) -> None:
+    shown = api.tune(
+        [api.measurement("metered", 5.0, energy_j=0.0123), api.measurement("cpu", 6.0)]
+    )
+    items = api.client.get("/v1/measurements", params={"job_id": shown["id"]}).json()[
+        "measurements"
+    ]
+    by_name = {m["variant_name"]: m["energy_j"] for m in items}
+    assert by_name == {"metered": 0.0123, "cpu": None}
+
+
+def test_energy_job_winner_is_the_least_energy_verified_variant(api: Any) -> None:
+    shown = api.tune(
+        [
+            api.measurement("fast_hot", 4.0, energy_j=0.030),
+            api.measurement("slow_cool", 6.0, energy_j=0.020),
+            api.measurement("wrong_cooler", 5.0, outcome="wrong_result", energy_j=0.001),
+            api.measurement("unmetered", 3.0),
+        ],
+        device=H200,
+        objective="energy",
+    )
+    assert shown["problems"][0]["winner"]["variant_name"] == "slow_cool"
+    # best configs answer the time objective; an energy winner does not replace them
+    answer = api.best(op="reduce", dtype="f32", m=1024, k=4096, kind="sum", backend="cuda")
+    assert answer.status_code == 404
+
+
+def test_best_says_which_objective_answered(api: Any) -> None:
+    api.tune([api.measurement("timed", 5.0)])
+    answer = api.best(op="reduce", dtype="f32", m=1024, k=4096, kind="sum").json()
+    assert answer["objective"] == "time" and answer["variant_name"] == "timed"

@@ -33,6 +33,11 @@ CASES = [
         "f16",
         {"pack": 2, "strategy": "block", "group": 256, "threads": 256, "mode": "2pass"},
     ),
+    (
+        CudaSoftmaxSpace(),
+        "f16",
+        {"pack": 8, "strategy": "block", "group": 1024, "threads": 1024, "mode": "smem"},
+    ),
 ]
 
 
@@ -70,9 +75,12 @@ def test_variants_compile_and_export_the_abi(tmp_path: Path) -> None:
         else:
             assert lib.tunehub_can_run(*_dims(64, 8 * pack)) == 0
             assert lib.tunehub_can_run(*_dims(64, 8 * pack, 1)) == 1  # wrong dim count
-        if pack > 1:  # a row length that breaks the vector width
-            odd = (64, 8 * pack + 1, 0) if variant.op == "reduce" else (64, 8 * pack + 1)
-            assert lib.tunehub_can_run(*_dims(*odd)) == 2  # TUNEHUB_MISALIGNED
+        # any row length runs: odd k (misaligned row starts) takes the scalar head and tail
+        odd = (64, 8 * pack + 1, 0) if variant.op == "reduce" else (64, 8 * pack + 1)
+        assert lib.tunehub_can_run(*_dims(*odd)) == 0
+        if variant.params.get("mode") == "smem":
+            assert lib.tunehub_can_run(*_dims(64, 50257)) == 0
+            assert lib.tunehub_can_run(*_dims(64, 151936)) == 3  # TUNEHUB_UNSUPPORTED
     again = backend.build(variants)
     assert all(r.cached for r in again.values())
 

@@ -23,6 +23,12 @@ from tuner.spaces.cuda_softmax import CudaSoftmaxSpace
 from tuner.types import BenchResult, EngineConfig, Outcome, TuneRequest
 
 SPACES = [CudaReduceSpace(), CudaSoftmaxSpace()]
+
+
+def render(space, params, dtype: str = "f16") -> str:
+    return render_variant(space, params, dtype, "row", "sm_90", arch_flags("sm_90"), "nvcc").source
+
+
 SYMBOLS = ("tunehub_can_run", "tunehub_workspace_bytes", "tunehub_run", "tunehub_describe")
 
 
@@ -71,7 +77,7 @@ def test_other_layouts_enumerate_nothing() -> None:
 def test_prune_reasons() -> None:
     space = CudaReduceSpace()
     p8 = {"pack": 8, "strategy": "group", "group": 4, "threads": 256}
-    assert "multiple of pack" in (space.prune(p8, ReduceProblem(m=4, k=100), "f16", "row") or "")
+    assert space.prune(p8, ReduceProblem(m=4, k=100), "f16", "row") is None  # head/body/tail
     assert space.prune(p8, ReduceProblem(m=4, k=1024), "f16", "row") is None
     block = {"pack": 8, "strategy": "block", "group": 1024, "threads": 1024}
     assert "idle" in (space.prune(block, ReduceProblem(m=4, k=1024), "f16", "row") or "")
@@ -86,6 +92,38 @@ def test_softmax_registers_prune_long_rows() -> None:
     assert "registers" in (space.prune(reg, SoftmaxProblem(m=4, k=8192), "f16", "row") or "")
     two_pass = dict(reg, mode="2pass")
     assert space.prune(two_pass, SoftmaxProblem(m=4, k=1 << 20), "f16", "row") is None
+
+
+@pytest.mark.parametrize("k", [50257, 13824, 1009, 151936, 3])
+def test_odd_k_keeps_every_pack_and_renders(k: int) -> None:
+    """Rows of any length (odd, prime, vocabulary-sized) keep pack 2/4/8 variants, rendered
+    with a scalar head and tail around the aligned vector body."""
+    for space in SPACES:
+        problem = ReduceProblem(m=8, k=k) if space.op == "reduce" else SoftmaxProblem(m=8, k=k)
+        kept = [
+            p
+            for p in space.enumerate("f16", "row", "sm_90")
+            if space.prune(p, problem, "f16", "row") is None
+        ]
+        assert {p["pack"] for p in kept} == {1, 2, 4, 8}, (space.op, k)
+        source = render(space, kept[-1])
+        assert "head_of" in source or "split_row" in source
+        assert "k % kPack" not in source
+
+
+def test_softmax_shared_memory_mode_fits_rows_on_chip() -> None:
+    space = CudaSoftmaxSpace()
+    smem = {"pack": 8, "strategy": "block", "group": 1024, "threads": 1024, "mode": "smem"}
+    assert space.prune(smem, SoftmaxProblem(m=4, k=50257), "f16", "row") is None
+    assert space.prune(smem, SoftmaxProblem(m=4, k=100277), "f16", "row") is None
+    reason = space.prune(smem, SoftmaxProblem(m=4, k=151936), "f16", "row") or ""
+    assert "shared memory" in reason
+    assert "shared memory" in (space.prune(smem, SoftmaxProblem(m=4, k=65536), "f32", "row") or "")
+    modes = {(p["strategy"], p["mode"]) for p in space.enumerate("f16", "row", "sm_90")}
+    assert ("block", "smem") in modes and ("warp", "smem") not in modes
+    source = render(space, smem)
+    assert "cudaFuncAttributeMaxDynamicSharedMemorySize" in source
+    assert "softmax_in_shared<<<" in source
 
 
 def test_every_k_of_the_sweep_keeps_candidates() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,56 @@ def test_space_default_cap_applies_when_the_budget_names_none(
         "reduce", "f32", "row", ReduceProblem(m=4, k=64), budget=Budget(max_variants=3)
     )
     assert len(tune(named, backend, backend.config).results) == 3  # the job's budget wins
+
+
+def test_energy_objective_is_refused_by_a_backend_without_a_counter(backend: CpuBackend) -> None:
+    assert CpuBackend.measures_energy is False
+    request = TuneRequest("reduce", "f32", "row", ReduceProblem(m=4, k=64), objective="energy")
+    with pytest.raises(InvalidRequestError, match="cannot measure energy") as caught:
+        tune(request, backend, backend.config)
+    assert caught.value.field == "objective"
+
+
+class EnergyMeteredCpuBackend(CpuBackend):
+    """Test double: the real CPU backend, plus made-up joules per launch that fall as the
+    variant's position in the space rises, so that the least-energy variant is not the
+    fastest one the CPU happens to measure."""
+
+    measures_energy = True
+
+    def run(self, variant, artifact, request, abort_above_us=None):  # type: ignore[no-untyped-def]
+        result = super().run(variant, artifact, request, abort_above_us)
+        self.seen = getattr(self, "seen", []) + [variant.name]
+        return replace(result, energy_j=1.0 / len(self.seen))
+
+
+def test_energy_winner_is_the_least_energy_verified_variant(cache_dir: Path) -> None:
+    metered = EnergyMeteredCpuBackend(quick_config(cache_dir))
+    try:
+        request = TuneRequest(
+            "reduce",
+            "f32",
+            "row",
+            ReduceProblem(m=16, k=24, kind="sum"),
+            budget=Budget(max_variants=3),
+            objective="energy",
+        )
+        result = tune(request, metered, metered.config)
+    finally:
+        metered.close()
+    assert len(result.results) == 3 and all(r.energy_j for r in result.results)
+    least = min(result.results, key=lambda r: r.energy_j or 1e9)
+    assert result.winner is not None and result.winner.variant_name == least.variant_name
+    assert result.winner.variant_name == metered.seen[-1]
+
+
+def test_pick_winner_energy_skips_unmetered_and_unverified() -> None:
+    def result(name: str, energy: float | None, outcome: Outcome = Outcome.OK) -> BenchResult:
+        timing = Timing(1.0, 1.0, 1.0, 1.0, 5)
+        return BenchResult(name, name, {}, outcome, timing, energy_j=energy)
+
+    results = [result("a", 3.0), result("b", None), result("c", 0.5, Outcome.WRONG_RESULT)]
+    results.append(result("d", 2.0))
+    winner = pick_winner(results, tie_band=0.02, objective="energy")
+    assert winner is not None and winner.variant_name == "d"
+    assert pick_winner([result("b", None)], tie_band=0.02, objective="energy") is None

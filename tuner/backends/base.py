@@ -39,6 +39,9 @@ class Backend(ABC):
     #: (1 + tie band), "clearly slower than the best"; otherwise it passes the best times
     #: ``EngineConfig.abort_slower_than`` and the backend compares its running median
     ci_early_stop: bool = False
+    #: whether ``run`` stores joules per launch (``BenchResult.energy_j``): the ``energy``
+    #: objective is refused for backends without an energy counter
+    measures_energy: bool = False
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config

@@ -94,9 +94,14 @@ def _failed(variants: Sequence[Variant], reason: str) -> dict[str, CompileResult
     return {v.id: CompileResult(v.id, False, None, 0.0, False, reason) for v in variants}
 
 
+#: shortest timed window for the energy objective (NVML's counter advances in coarse steps)
+ENERGY_BENCH_SECONDS = 0.5
+
+
 class CudaBackend(Backend):
     name = "cuda"
     compile_overlaps_measure = True  # nvcc on the host CPUs while the GPU times
+    measures_energy = True  # NVML total-energy counter around the timed batches
 
     def __init__(
         self, config: EngineConfig, *, nvcc: str | None = None, harness_python: str | None = None
@@ -327,7 +332,11 @@ class CudaBackend(Backend):
             "problem": request.problem.dims(),
             "seed": request.seed or self.config.seed,
             "warmup_s": self.config.warmup_seconds,
-            "bench_s": self.config.bench_seconds,
+            # the energy counter needs a longer window than a median of batches does
+            "bench_s": max(
+                self.config.bench_seconds,
+                ENERGY_BENCH_SECONDS if request.objective == "energy" else 0.0,
+            ),
             "min_samples": self.config.min_reps,
             "max_samples": self.config.max_reps,
             "abort_us": abort_above_us,
@@ -369,6 +378,7 @@ class CudaBackend(Backend):
             log=str(answer.get("log", ""))[-4000:],
             provenance=provenance,
             suspect=bool(reasons),
+            energy_j=float(answer["energy_j"]) if answer.get("energy_j") else None,
         )
 
     def close(self) -> None:

@@ -181,6 +181,11 @@ class Harness:
 
         return read_device(pci_bus_id=self.info.get("pci_bus_id"))
 
+    def energy_mj(self) -> int | None:
+        from tuner.nvml import total_energy_mj
+
+        return total_energy_mj(pci_bus_id=self.info.get("pci_bus_id"))
+
     def run(self, req: dict[str, Any]) -> dict[str, Any]:
         torch = self.torch
         lib = self.library(req["artifact"])
@@ -239,6 +244,7 @@ class Harness:
             min_samples=max(10, int(req.get("min_samples", 10))),
             max_samples=int(req.get("max_samples", 10_000)),
             abort_us=req.get("abort_us"),
+            energy_mj=self.energy_mj,
         )
         after = self.nvml()
         from tuner.nvml import suspect_reasons
@@ -248,6 +254,7 @@ class Harness:
             "outcome": "aborted_slow" if timing.aborted else "ok",
             "fatal": False,
             "samples_us": timing.samples_us,
+            "energy_j": timing.energy_j,
             "log": "",
             "suspect_reasons": suspect_reasons(before, after, {os.getpid()}),
             "provenance": {

@@ -159,6 +159,8 @@ class TimingRun:
     batch: int
     graph: bool
     aborted: bool
+    #: joules per launch over the timed batches (NVML total-energy counter), None unread
+    energy_j: float | None = None
 
 
 def _elapsed_us(fn: Callable[[], None]) -> float:
@@ -182,11 +184,15 @@ def time_launches(
     batch_us: float = 1000.0,
     use_graph: bool = True,
     max_batch: int = 2000,
+    energy_mj: Callable[[], int | None] | None = None,
 ) -> TimingRun:
     """Per-launch microseconds: batches of back-to-back launches (rotating the input sets),
     captured in a CUDA graph when possible, each batch timed with CUDA events.
 
-    ``launch(set_index, stream_handle)`` enqueues one launch on the stream.
+    ``launch(set_index, stream_handle)`` enqueues one launch on the stream. ``energy_mj``
+    reads the device's energy counter before and after the timed batches (the warm-up is
+    outside), giving joules per launch; the counter's resolution is 1 mJ, so energy needs
+    bench_s long enough for many mJ.
     """
     stream = torch.cuda.current_stream()
     one = min(_elapsed_us(lambda: launch(0, stream.cuda_stream)) for _ in range(3))
@@ -219,6 +225,8 @@ def time_launches(
     while time.perf_counter() < warm_until:
         _elapsed_us(replay)
     samples: list[float] = []
+    torch.cuda.synchronize()
+    energy_before = energy_mj() if energy_mj else None
     deadline = time.perf_counter() + bench_s
     aborted = False
     while len(samples) < max_samples:
@@ -230,4 +238,10 @@ def time_launches(
                 break
         if len(samples) >= min_samples and time.perf_counter() >= deadline:
             break
-    return TimingRun(samples, batch, graph_used, aborted)
+    energy_j = None
+    if energy_before is not None and energy_mj is not None:
+        torch.cuda.synchronize()
+        energy_after = energy_mj()
+        if energy_after is not None and energy_after > energy_before:
+            energy_j = (energy_after - energy_before) / 1000.0 / (len(samples) * batch)
+    return TimingRun(samples, batch, graph_used, aborted, energy_j)

@@ -7,7 +7,14 @@ from typing import Any
 
 from tuner.problems import Problem
 from tuner.spaces.base import Params, VariantSpace
-from tuner.spaces.cuda_rows import CTYPES, mapping_label, packs_for, prune_row_mapping, row_mappings
+from tuner.spaces.cuda_rows import (
+    CTYPES,
+    mapping_label,
+    packs_for,
+    prune_row_mapping,
+    row_mappings,
+    widest_first,
+)
 
 __all__ = ["CudaReduceSpace"]
 
@@ -28,6 +35,11 @@ class CudaReduceSpace(VariantSpace):
 
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
         return prune_row_mapping(params, problem, layout)
+
+    def order(
+        self, candidates: list[Params], problem: Problem, dtype: str, layout: str
+    ) -> list[Params]:
+        return widest_first(candidates)
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
         return f"reduce_{dtype}_p{params['pack']}_{mapping_label(params)}_t{params['threads']}"

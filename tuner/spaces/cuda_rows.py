@@ -24,6 +24,7 @@ __all__ = [
     "lanes_per_row",
     "mapping_label",
     "prune_row_mapping",
+    "widest_first",
 ]
 
 CTYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
@@ -66,15 +67,20 @@ def mapping_label(params: Params) -> str:
 
 
 def prune_row_mapping(params: Params, problem: Problem, layout: str) -> str | None:
-    """Reasons shared by every row kernel: layout, divisibility, idle lanes."""
+    """Reasons shared by every row kernel: layout and idle lanes. Any k runs at any pack: the
+    kernels split each row into a scalar head, an aligned vector body and a scalar tail."""
     if layout != "row":
         return f"layout {layout!r} is not supported (only 'row')"
     k = int(getattr(problem, "k"))  # noqa: B009 - reduce and softmax problems both have k
     pack = int(params["pack"])
-    if k % pack != 0:
-        return f"k={k} is not a multiple of pack={pack} (vector loads need aligned rows)"
     lanes = lanes_per_row(params)
     # keep the smallest group always, so that tiny rows still have a candidate
     if lanes > 2 and lanes * pack >= 2 * k:
         return f"{lanes} lanes x pack {pack} per row leaves most lanes idle at k={k}"
     return None
+
+
+def widest_first(candidates: list[Params], *keys: str) -> list[Params]:
+    """Candidates with the widest vector access first (a capped search sees them first; every
+    pack runs at every k), then by ``keys`` of the caller, then in enumeration order."""
+    return sorted(candidates, key=lambda p: (-int(p["pack"]), *(p[key] for key in keys)))

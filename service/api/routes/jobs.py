@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.api.deps import SessionDep, SettingsDep, require_read, require_scope
-from service.errors import NotFound
+from service.errors import InvalidInput, NotFound
 from service.schemas.common import JobStatus, Op
 from service.schemas.jobs import JobCreate, JobList, JobOut
 from service.settings import Settings
@@ -18,6 +18,7 @@ from service.store.models import Job, Task
 from service.store.queue import cancel_job, live_worker_devices, waiting_for
 from service.store.validation import parse_problem, usable_id
 from service.store.views import job_dict
+from tuner.registry import measures_energy
 
 __all__ = ["router"]
 
@@ -55,6 +56,11 @@ def submit_job(body: JobCreate, session: SessionDep, settings: SettingsDep) -> d
         parse_problem(body.op, fields, ["body", "problems", index])
         for index, fields in enumerate(body.problems)
     ]
+    if body.objective == "energy" and not measures_energy(body.device.backend):
+        raise InvalidInput(
+            ["body", "objective"],
+            f"the {body.device.backend} backend has no energy counter; use objective 'time'",
+        )
     assert body.layout is not None
     selector = body.device.model_dump(exclude_none=True)
     job = Job(

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The rows sweep on the lent H200 in one device call, from the repo root:
+#   OUT=$OUT bash bench/h200_rows.sh        (carry: .whl and .device-carry/cache.tar.xz, built by
+#   bench/precompile_cuda.py for every shape of `python bench/rows_sweep.py --list`)
+# Internal timeouts keep the whole call under ~8 minutes.
+set -uo pipefail
+out=${OUT:-/tmp/tunehub-out}
+mkdir -p "$out"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+[ -f .device-carry/cache.tar.xz ] && tar -xJf .device-carry/cache.tar.xz
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
+  --format=csv > "$out/nvidia-smi.txt" 2>&1
+timeout "${ROWS_SECONDS:-380}" python3 bench/rows_sweep.py --out "$out/h200-rows" \
+  --max-seconds "${ROWS_TUNE_SECONDS:-230}" 2>&1 | tee "$out/rows.log" | grep -vE "^\s*$" | tail -80
+if [ "${RUN_GPU_TESTS:-0}" = 1 ]; then
+  timeout "${GPU_TEST_SECONDS:-90}" python3 -m pytest --noconftest -o addopts= -q -m gpu \
+    tests/gpu -k "any_k" > "$out/gpu-tests.log" 2>&1
+  tail -5 "$out/gpu-tests.log"
+fi
