@@ -145,6 +145,9 @@ def serve_command(
     backend: Annotated[
         list[str] | None, typer.Option(help="Backends of the local worker (repeat; default cpu).")
     ] = None,
+    access_log: Annotated[
+        bool, typer.Option("--access-log", help="Log one line per HTTP request (default: off).")
+    ] = False,
 ) -> None:
     """Run the API (uvicorn), with the local worker on the embedded default."""
     from service.cli.serve import serve
@@ -159,6 +162,7 @@ def serve_command(
         local_worker=local_worker,
         migrate=migrate,
         backends=backends,
+        access_log=access_log,
     )
 
 

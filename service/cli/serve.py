@@ -149,8 +149,12 @@ def serve(
     local_worker: bool | None = None,
     migrate: bool = False,
     backends: Sequence[str] = ("cpu",),
+    access_log: bool = False,
 ) -> None:
-    """Run uvicorn with the app until interrupted; the local worker runs beside it."""
+    """Run uvicorn with the app until interrupted; the local worker runs beside it.
+
+    Quiet by default: without ``access_log`` no line is logged per request (workers poll for
+    leases every second or so, which would bury everything else)."""
     import uvicorn
 
     from service.api.app import create_app
@@ -164,7 +168,11 @@ def serve(
     ensure_admin_token(settings)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(settings), host=settings.host, port=settings.port, log_level="info"
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            log_level="info",
+            access_log=access_log,
         )
     )
     stop = threading.Event()
