@@ -41,8 +41,12 @@ def format_us(value: Any) -> str:
 
 
 def format_throughput(value: Any, unit: Any) -> str:
+    """``value unit`` with one decimal; compute rates under 1 TFLOP/s (CPU GEMM and conv2d)
+    in GFLOP/s, so that they do not print as 0.0."""
     if not isinstance(value, int | float):
         return "-"
+    if unit == "TFLOP/s" and abs(value) < 1.0:
+        value, unit = value * 1e3, "GFLOP/s"
     return f"{value:,.1f} {unit or ''}".rstrip()
 
 

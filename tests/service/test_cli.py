@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from service.cli import main
+from service.cli.output import format_throughput
 from service.cli.serve import ensure_admin_token
 from service.settings import Settings
 from service.store.db import make_engine, make_sessionmaker
@@ -196,3 +197,10 @@ def test_console_script_module_runs(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.strip().startswith("tunehub: ")
+
+
+def test_compute_rates_under_a_teraflop_print_in_gflops() -> None:
+    assert format_throughput(0.0523, "TFLOP/s") == "52.3 GFLOP/s"  # a CPU GEMM
+    assert format_throughput(612.4, "TFLOP/s") == "612.4 TFLOP/s"  # an H200 GEMM
+    assert format_throughput(25.5, "GB/s") == "25.5 GB/s"
+    assert format_throughput(None, "GB/s") == "-"
