@@ -74,7 +74,7 @@ def jobs_list(ctx: typer.Context, server: ServerOpt = None, token: TokenOpt = No
     if not jobs:
         stdout.print("no jobs yet")
         return
-    stdout.print(jobs_table(jobs))
+    stdout.print(jobs_table(jobs, stdout.width))
 
 
 @jobs_app.command("cancel")

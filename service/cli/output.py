@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -153,30 +154,40 @@ def winner_line(problem: ProblemStatus) -> str:
     return f"no winner for {where}: {why}"
 
 
-def jobs_table(jobs: Sequence[JobSummary]) -> Table:
-    table = Table(title="jobs")
+#: below this console width `tunehub jobs` leaves out the problems column (80 columns hold
+#: the 32-character id, status, op, candidates and date on one line)
+WIDE_JOBS_COLUMNS = 100
+
+
+def jobs_table(jobs: Sequence[JobSummary], width: int = WIDE_JOBS_COLUMNS) -> Table:
+    table = Table(
+        title="jobs", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True
+    )
     # ids are what a user copies into `jobs cancel`: never cut them
     id_width = max((len(job.id) for job in jobs), default=2)
     table.add_column("id", no_wrap=True, min_width=id_width)
     table.add_column("status", no_wrap=True)
     table.add_column("op", no_wrap=True)
-    table.add_column("problems", overflow="fold")
-    table.add_column("candidates", no_wrap=True, justify="right")
-    table.add_column("created", overflow="fold")
+    wide = width >= WIDE_JOBS_COLUMNS
+    if wide:
+        table.add_column("problems", overflow="fold")
+    table.add_column("done", no_wrap=True, justify="right")  # candidates done/total
+    # "MM-DD HH:MM" (UTC): one line, whatever the width
+    table.add_column("created", no_wrap=True, min_width=11)
     for job in jobs:
         counts = job.progress
         problems = job.problems if isinstance(job, JobOut) else []
         shown = ", ".join(_problem_text(p.problem) for p in problems[:2])
         if len(problems) > 2:
             shown += f" (+{len(problems) - 2})"
-        table.add_row(
-            job.id,
-            job.status,
-            f"{job.op} {job.dtype}",
-            shown or str(job.total_tasks),
+        cells = [job.id, job.status, f"{job.op} {job.dtype}"]
+        if wide:
+            cells.append(shown or str(job.total_tasks))
+        cells += [
             f"{counts.candidates_done}/{counts.candidates_total}",
-            job.created_at.isoformat()[:16].replace("T", " "),
-        )
+            job.created_at.strftime("%m-%d %H:%M"),
+        ]
+        table.add_row(*cells)
     return table
 
 

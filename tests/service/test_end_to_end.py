@@ -199,11 +199,17 @@ def test_cli_against_a_live_server_without_tuning(
 
     user = TunehubClient(live_server.url, live_server.admin_token)
     job = submit(user, op="softmax", dtype="f32", problems=[{"m": 8, "k": 64}])
-    with pytest.raises(SystemExit) as listed:
-        main(["jobs", *server])
+    with pytest.MonkeyPatch.context() as narrow:
+        narrow.setenv("COLUMNS", "80")  # a terminal of 80 columns, or a pipe
+        with pytest.raises(SystemExit) as listed:
+            main(["jobs", *server])
     out = capsys.readouterr().out
     assert listed.value.code == 0
     assert job.id in out and "queued" in out
+    # the job's row keeps its id whole and its date on the same line, within 80 columns
+    (row,) = [line for line in out.splitlines() if job.id in line]
+    assert job.created_at.strftime("%m-%d %H:%M") in row and "queued" in row
+    assert max(len(line) for line in out.splitlines()) <= 80
 
     with pytest.raises(SystemExit) as cancelled:
         main(["jobs", "cancel", job.id, *server])
