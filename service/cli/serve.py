@@ -158,13 +158,19 @@ def serve(
     import uvicorn
 
     from service.api.app import create_app
-    from service.store.db import upgrade
+    from service.store.db import check_revision, make_engine, upgrade
 
     updates: dict[str, Any] = {"host": host, "port": port, "local_worker": local_worker}
     settings = settings.model_copy(update={k: v for k, v in updates.items() if v is not None})
     settings.ensure_dirs()
     if migrate or settings.migrate_on_start or _sqlite_file_is_new(settings.database_url):
         upgrade(settings.database_url)
+    # before anything reads a table: an unmigrated database gets "run `tunehub db upgrade`"
+    engine = make_engine(settings.database_url)
+    try:
+        check_revision(engine)
+    finally:
+        engine.dispose()
     ensure_admin_token(settings)
     server = uvicorn.Server(
         uvicorn.Config(

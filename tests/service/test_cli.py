@@ -4,9 +4,11 @@ exit 1 for "not tuned yet", and the database and token commands (no server neede
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,11 +16,19 @@ import pytest
 from service.cli import main
 from service.cli.output import format_throughput
 from service.cli.serve import ensure_admin_token
-from service.settings import Settings
+from service.settings import Settings, get_settings
 from service.store.db import make_engine, make_sessionmaker
 from service.store.tokens import authenticate
 
 DOWN = "http://127.0.0.1:1"  # nothing listens on port 1
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings() -> Iterator[None]:
+    """Every CLI call here reads the environment the test set, not an earlier test's."""
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
 
 
 def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -110,9 +120,11 @@ def test_server_from_environment(
 
 
 def test_worker_without_token_is_a_user_error(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("TUNEHUB_TOKEN", raising=False)
+    # a data dir without the local admin-token file that `tunehub serve` writes
+    monkeypatch.setenv("TUNEHUB_DATA_DIR", str(tmp_path / "data"))
     code, _, err = run_cli(["worker", "--server", DOWN], capsys)
     assert code == 2
     assert "needs a token" in one_error_line(err)
@@ -204,3 +216,20 @@ def test_compute_rates_under_a_teraflop_print_in_gflops() -> None:
     assert format_throughput(612.4, "TFLOP/s") == "612.4 TFLOP/s"  # an H200 GEMM
     assert format_throughput(25.5, "GB/s") == "25.5 GB/s"
     assert format_throughput(None, "GB/s") == "-"
+
+
+def test_serve_on_an_unmigrated_database_says_run_db_upgrade(
+    empty_database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if empty_database_url.startswith("sqlite"):  # an existing file (a new one is migrated)
+        with sqlite3.connect(empty_database_url.removeprefix("sqlite:///")) as connection:
+            connection.execute("CREATE TABLE unrelated (id INTEGER)")
+    monkeypatch.setenv("TUNEHUB_DATABASE_URL", empty_database_url)
+    monkeypatch.setenv("TUNEHUB_DATA_DIR", str(tmp_path / "data"))
+    code, _, err = run_cli(["serve", "--port", "0", "--no-local-worker"], capsys)
+    assert code == 2
+    line = one_error_line(err)
+    assert "not migrated" in line and "run `tunehub db upgrade`" in line, line
