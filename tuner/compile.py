@@ -187,6 +187,23 @@ def _compile_one(
     )
 
 
+def _split_cached(
+    cache: CompileCache, variants: Sequence[Variant]
+) -> tuple[dict[str, CompileResult], dict[str, Variant]]:
+    """The cached variants' results, and the variants still to compile (once per id)."""
+    results: dict[str, CompileResult] = {}
+    todo: dict[str, Variant] = {}
+    for variant in variants:
+        hit = cache.lookup(variant.id)
+        if hit is not None:
+            results[variant.id] = CompileResult(
+                variant.id, hit.ok, str(hit.artifact) if hit.artifact else None, 0.0, True, hit.log
+            )
+        else:
+            todo.setdefault(variant.id, variant)
+    return results, todo
+
+
 def build_variants(
     cache: CompileCache,
     variants: Sequence[Variant],
@@ -198,16 +215,7 @@ def build_variants(
     env: dict[str, str] | None = None,
 ) -> dict[str, CompileResult]:
     """Compile what the cache lacks, ``workers`` compilers at a time."""
-    results: dict[str, CompileResult] = {}
-    todo: dict[str, Variant] = {}
-    for variant in variants:
-        hit = cache.lookup(variant.id)
-        if hit is not None:
-            results[variant.id] = CompileResult(
-                variant.id, hit.ok, str(hit.artifact) if hit.artifact else None, 0.0, True, hit.log
-            )
-        else:
-            todo.setdefault(variant.id, variant)
+    results, todo = _split_cached(cache, variants)
     if todo:
         # threads suffice: each one waits on a compiler process, which does the work
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -295,16 +303,7 @@ def build_batched(
     """Compile what the cache lacks in at least ``workers`` batches (one compiler each, run
     in parallel) of at most ``max_batch`` variants sharing their flags. ``timeout_s`` is per
     variant: a batch may take that times its size."""
-    results: dict[str, CompileResult] = {}
-    todo: dict[str, Variant] = {}
-    for variant in variants:
-        hit = cache.lookup(variant.id)
-        if hit is not None:
-            results[variant.id] = CompileResult(
-                variant.id, hit.ok, str(hit.artifact) if hit.artifact else None, 0.0, True, hit.log
-            )
-        else:
-            todo.setdefault(variant.id, variant)
+    results, todo = _split_cached(cache, variants)
     if not todo:
         return results
     by_flags: dict[tuple[str, ...], list[Variant]] = {}
