@@ -155,9 +155,11 @@ def test_cutlass_include_dirs(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_suspect_reasons() -> None:
     assert suspect_reasons({"throttle_mask": 0x1, "pids": [7]}, {"pids": [7]}, {7}) == []
-    reasons = suspect_reasons({"throttle_mask": 0x4, "pids": [7, 9]}, {}, {7})
-    assert "software power cap" in reasons
+    reasons = suspect_reasons({"throttle_mask": 0x8, "pids": [7, 9]}, {}, {7})
+    assert "hardware slowdown" in reasons
     assert any("[9]" in r for r in reasons)
+    # a kernel alone at the software power cap is its own steady state, not interference
+    assert suspect_reasons({"throttle_mask": 0x4, "pids": [7]}, {"throttle_mask": 0x4}, {7}) == []
 
 
 def _fake_harness(tmp_path: Path, body: str) -> list[str]:
