@@ -44,6 +44,9 @@ e2e() {
     timeout 90 python3 -m service.cli tune gemm --m 1 --n 4096 --k 4096 --dtype f16 \
       --backend cuda --max-variants 6
     th best gemm --m 1 --n 4096 --k 4096 --dtype f16 --device cuda
+    # the same decode GEMM tuned for energy through the service (issue 12's energy pair)
+    timeout 120 python3 bench/energy_pair.py --server "$TUNEHUB_SERVER" --op gemm \
+      --problem m=1,n=4096,k=4096 --layout rcr --max-variants 6 --out "$out/energy-gemm.json"
     timeout 90 python3 -m service.cli tune gemm --m 4096 --n 4096 --k 4096 --dtype f16 \
       --backend cuda --max-variants 8
     th best softmax --m 65536 --k 4096 --dtype f16 --device cuda
@@ -56,7 +59,7 @@ e2e() {
 [ "${SKIP_E2E:-0}" = 1 ] || e2e
 
 if [ "${RUN_GPU_TESTS:-0}" = 1 ]; then
-  timeout 120 python3 -m pytest --noconftest -o addopts= -q -m gpu tests/gpu \
+  timeout "${GPU_TEST_SECONDS:-240}" python3 -m pytest --noconftest -o addopts= -q -m gpu tests/gpu \
     > "$out/gpu-tests.log" 2>&1
   tail -3 "$out/gpu-tests.log"
 fi
