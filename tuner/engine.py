@@ -258,7 +258,7 @@ def confirm_contenders(
         timed.sort(key=lambda r: r.timing.median_us if r.timing else 0.0)
         middle = timed[(len(timed) - 1) // 2]
         note = {
-            "confirm_medians_us": [r.timing.median_us for r in rounds[old.variant_id] if r.timing],
+            winner.ROUNDS_KEY: [r.timing.median_us for r in rounds[old.variant_id] if r.timing],
             "first_pass_median_us": old.timing.median_us if old.timing else None,
         }
         results[position[old.variant_id]] = replace(
