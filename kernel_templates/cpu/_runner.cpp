@@ -13,8 +13,9 @@
 // the shared object its batch was compiled into, poisons its outputs with 0xFF bytes (NaN),
 // runs the kernel once, writes <output> (Python verifies it), warms up (at least one call and
 // min(W, 10 ms)) and times: it repeats until the 95% confidence interval of the median is
-// within R of it (order statistics, the rule of tuner/stats.py), never fewer than N reps, at
-// most S seconds or max reps. Kernels faster than ~20 us are timed in batches of
+// within R of it (order statistics, the rule of tuner/stats.py), never fewer than N reps
+// (3 once S seconds are spent), at most S seconds or max reps. Kernels faster than ~20 us
+// are timed in batches of
 // back-to-back calls; every sample is the per-call time of its batch. The child's CPU time
 // over the timed loop is reported beside its wall time: a share well below 1 means another
 // process took the core (interference); tunehub's own work cannot trip it, since the CPU
@@ -61,6 +62,7 @@ constexpr double kMaxWarmupS = 0.01;
 constexpr int kMinWarmupCalls = 1;
 constexpr long kFarSlowerReps = 2;
 constexpr double kFarSlower = 2.0;
+constexpr long kMinRepsAtCap = 3;
 constexpr double kCiZ = 1.96;  // 95%
 
 struct Options {
@@ -299,6 +301,12 @@ Inputs load_inputs(const Options& o) {
       aborted = true;
       break;
     }
+    // the time cap bounds the floor too: a kernel of tens of milliseconds stops at the cap
+    // after kMinRepsAtCap samples, not min reps (such a kernel is rarely a near-tie, and a
+    // near-tie is timed again in the engine's confirmation rounds)
+    if (reps >= kMinRepsAtCap && reps < o.min_reps &&
+        std::chrono::duration<double>(t1 - bench_start).count() >= o.bench_s)
+      break;
     if (reps < o.min_reps) continue;
     if (reps < 64 || reps % 16 == 0) {
       ci = median_ci(samples);
