@@ -61,6 +61,7 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "benchmarks" / "tuning-cost.md"
 COMMAND = ".venv/bin/python bench/tuning_cost.py"
 COLD_TARGET, WARM_TARGET, FULL_RATIO_TARGET, SAME_TARGET = 1.0, 0.3, 5.0, 0.95
+DEFAULTS = EngineConfig(cache_dir="")
 
 #: Kernel Tuner's C kernel: the same loads (packs of PACK floats into ACC vector accumulators,
 #: UNROLL rounds a step) as kernel_templates/cpu/reduce.cpp.j2 for kind sum; it times itself,
@@ -129,9 +130,15 @@ class Report:
     retunes: list[dict[str, Any]] = field(default_factory=list)
 
 
-def request(budget: int | None) -> TuneRequest:
+def request(budget: int | None, incumbents: tuple[str, ...] = ()) -> TuneRequest:
     return TuneRequest(
-        "reduce", "f32", "row", PROBLEM, strategy="exhaustive", budget=Budget(max_variants=budget)
+        "reduce",
+        "f32",
+        "row",
+        PROBLEM,
+        strategy="exhaustive",
+        budget=Budget(max_variants=budget),
+        incumbents=incumbents,
     )
 
 
@@ -177,14 +184,14 @@ def kernel_tuner_once(configs: list[Params]) -> tuple[float, float]:
 
 
 def tunehub_once(
-    cache_dir: str, budget: int | None, **overrides: Any
+    cache_dir: str, budget: int | None, incumbents: tuple[str, ...] = (), **overrides: Any
 ) -> tuple[float, ProblemResult]:
     """Wall seconds of one tuning with a new backend (as a new `tunehub tune` would)."""
     config = EngineConfig(cache_dir=cache_dir, **overrides)
     started = time.monotonic()
     backend = CpuBackend(config)
     try:
-        result = tune(request(budget), backend, config)
+        result = tune(request(budget, incumbents), backend, config)
     finally:
         backend.close()
     return time.monotonic() - started, result
@@ -264,7 +271,8 @@ def run_retunes(report: Report, root: Path, count: int) -> None:
     tunehub_once(cache, BUDGET)  # fill the compile cache
     stored: tuple[str, float] | None = None  # (variant name, median) of the stored winner
     for index in range(count):
-        seconds, result = tunehub_once(cache, BUDGET)
+        # the stored winner named in the request: timed whole and confirmed beside the winner
+        seconds, result = tunehub_once(cache, BUDGET, (stored[0],) if stored else ())
         found = result.winner
         assert found is not None and found.timing is not None
         medians = {r.variant_name: r.timing.median_us for r in result.results if r.ok and r.timing}
@@ -331,11 +339,17 @@ def render(report: Report) -> str:
         "ratios are taken within a round.",
         f"- Compiler: {report.compiler}; Kernel Tuner {report.kt_version} (C backend).",
         f"- Problem: reduce f32 row sum, {PROBLEM.key()} (the README's first job).",
-        "- tunehub engine config: defaults: timing until the median's 95% CI is within 1% "
-        "(at least 5 reps, at most 0.2 s), early stop once the whole CI lies above the best so "
-        "far plus the 2% tie band, suspect contenders (CPU share < 0.9) re-measured up to 3 "
-        "times, and the near-ties (within 5% of the fastest, at most 4) timed again in 3 "
-        "interleaved rounds before the one winner rule picks.",
+        f"- tunehub engine config: defaults: timing until the median's 95% CI is within "
+        f"{DEFAULTS.target_ci:.0%} (at least {DEFAULTS.min_reps} samples, at most "
+        f"{DEFAULTS.cpu_max_reps} samples and {DEFAULTS.bench_seconds:g} s; 3 samples once the "
+        f"time is spent), early stop once the whole CI lies above the best so far plus the "
+        f"{DEFAULTS.tie_band:.0%} tie band (after 2 samples when every sample is over twice "
+        f"that), suspect contenders (CPU share < {DEFAULTS.min_cpu_share:g}) re-measured up to "
+        f"{DEFAULTS.remeasure_tries} times, and the near-ties (within "
+        f"{DEFAULTS.confirm_band:.0%} of the fastest, at most {DEFAULTS.confirm_max}) timed "
+        f"again in {DEFAULTS.confirm_rounds} interleaved rounds before the one winner rule "
+        "picks. The stored winner is replaced only by a job winner faster beyond the tie band "
+        "with confidence (tuner.winner.confidently_faster over the confirmation rounds).",
         f"- Reproduce (repository root, `pip install kernel_tuner` first): `{COMMAND}`",
         "",
         f"## (a) {BUDGET} variants: cold and warm, alternating with Kernel Tuner",
@@ -424,10 +438,14 @@ def render(report: Report) -> str:
         lines += [
             f"## (c) {len(retunes)} re-tunings of one problem",
             "",
-            f"Warm, {BUDGET} variants each, a new backend each time. The stored winner follows "
-            "the store's rule (tuner.winner.replaces_incumbent: kept unless a new winner is "
-            "more than the 2% tie band faster); 'in band' compares the stored winner's median "
-            "in that re-tuning with the fastest verified median of the same re-tuning.",
+            f"Warm, {BUDGET} variants each, a new backend each time, the stored winner named in "
+            "the request (TuneRequest.incumbents: timed without an early stop and again in the "
+            "confirmation rounds beside the job's winner). The stored winner follows the "
+            "store's rule (tuner.winner.replaces_incumbent: kept unless the job's winner is "
+            "faster beyond the 2% tie band with confidence: its slowest confirmation round "
+            "below the incumbent's fastest by more than the band); 'in band' compares the "
+            "stored winner's median in that re-tuning with the fastest verified median of the "
+            "same re-tuning.",
             "",
             "| # | seconds | job winner | its median | fastest | stored winner | stored, "
             "measured now | in band | suspect / re-measured |",

@@ -119,6 +119,10 @@ class TuneRequest:
     budget: Budget = field(default_factory=Budget)
     objective: Objective = "time"
     seed: int = 0
+    #: variant names of the stored winner(s) of this problem: the engine times them without
+    #: an early stop and always again in the confirmation rounds, so the store judges the
+    #: incumbent against the new winner side by side (tuner.winner.confidently_faster)
+    incumbents: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
