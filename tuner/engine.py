@@ -263,7 +263,7 @@ def confirm_contenders(
         middle = timed[(len(timed) - 1) // 2]
         note = {
             winner.ROUNDS_KEY: [r.timing.median_us for r in rounds[old.variant_id] if r.timing],
-            "first_pass_median_us": old.timing.median_us if old.timing else None,
+            winner.FIRST_PASS_KEY: old.timing.median_us if old.timing else None,
         }
         results[position[old.variant_id]] = replace(
             middle,

@@ -192,6 +192,7 @@ def test_the_incumbent_is_timed_whole_and_confirmed_beside_the_winner(tmp_path: 
     assert timed[incumbent].outcome is Outcome.OK  # not aborted as slower
     assert script.calls[incumbent] == 1 + backend.config.confirm_rounds
     assert timed[incumbent].provenance[ROUNDS_KEY] == [10.1] * backend.config.confirm_rounds
+    assert rounds_of(timed[incumbent].provenance)[0] == 13.0  # the first pass counts too
     winner = result.winner
     assert winner is not None and winner.timing is not None
     assert not replaces_incumbent(

@@ -173,3 +173,6 @@ def test_a_challenger_within_noise_does_not_replace_the_incumbent() -> None:
     assert confidently_faster(clearly, []) is None
     assert replaces_incumbent(10.0, 9.5, incumbent_rounds=[], candidate_rounds=challenger)
     assert rounds_of({ROUNDS_KEY: [1, 2.5, "x"]}) == [1.0, 2.5] and rounds_of(None) == []
+    # the first pass counts as one more median of the same job
+    assert rounds_of({ROUNDS_KEY: [2.0], "first_pass_median_us": 3.0}) == [3.0, 2.0]
+    assert rounds_of({"first_pass_median_us": 3.0}) == []  # not confirmed
