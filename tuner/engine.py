@@ -21,7 +21,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Protocol
@@ -220,9 +220,11 @@ def confirm_contenders(
     results: list[BenchResult],
     remeasure: Callable[[BenchResult], BenchResult],
     config: EngineConfig,
+    incumbents: Collection[str] = (),
 ) -> list[BenchResult]:
     """Time the near-fastest results again, interleaved (A B C, B C A, C A B), and keep for
-    each the round whose median is the median of its rounds.
+    each the round whose median is the median of its rounds. The ``incumbents`` (variant
+    names of the stored winner) join the rounds wherever they ranked, when timed.
 
     A machine whose speed drifts (other tenants, memory bandwidth shared with other cores)
     makes medians taken seconds apart disagree by more than the tie band; timed side by side,
@@ -237,6 +239,8 @@ def confirm_contenders(
         (r for r in timed if r.timing and r.timing.median_us <= best * (1 + config.confirm_band)),
         key=lambda r: r.timing.median_us if r.timing else 0.0,
     )[: config.confirm_max]
+    chosen = {r.variant_id for r in near}
+    near += [r for r in timed if r.variant_name in incumbents and r.variant_id not in chosen]
     if len(near) < 2:
         return results
     log.info("confirming %d near-ties in %d interleaved rounds", len(near), config.confirm_rounds)
@@ -258,8 +262,8 @@ def confirm_contenders(
         timed.sort(key=lambda r: r.timing.median_us if r.timing else 0.0)
         middle = timed[(len(timed) - 1) // 2]
         note = {
-            "confirm_medians_us": [r.timing.median_us for r in rounds[old.variant_id] if r.timing],
-            "first_pass_median_us": old.timing.median_us if old.timing else None,
+            winner.ROUNDS_KEY: [r.timing.median_us for r in rounds[old.variant_id] if r.timing],
+            winner.FIRST_PASS_KEY: old.timing.median_us if old.timing else None,
         }
         results[position[old.variant_id]] = replace(
             middle,
@@ -344,7 +348,9 @@ def tune(
             for index, variant in zip(batch, variants, strict=True):
                 if out_of_budget():
                     break
-                abort = best_us * slower if best_us and timed else None
+                # the incumbent is never stopped early: a drifting moment must not unseat it
+                stop_early = timed and variant.name not in request.incumbents
+                abort = best_us * slower if best_us and stop_early else None
                 result = runner.measure(variant, builds[variant.id], abort)
                 if (
                     result.ok
@@ -371,7 +377,7 @@ def tune(
     if not out_of_budget():
         results = settle_suspects(results, runner.remeasure, config)
     if not out_of_budget():
-        results = confirm_contenders(results, runner.remeasure, config)
+        results = confirm_contenders(results, runner.remeasure, config, request.incumbents)
     return ProblemResult(
         request=request,
         device=device,

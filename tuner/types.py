@@ -72,6 +72,10 @@ class EngineConfig:
     warmup_seconds: float = 0.05
     min_reps: int = 5
     max_reps: int = 10_000
+    #: the CPU backend's cap on samples (besides ``bench_seconds``): a CPU kernel of
+    #: milliseconds on a shared host drifts more between samples than 24 of them resolve,
+    #: so more samples buy time, not accuracy; near-ties are then timed again side by side
+    cpu_max_reps: int = 24
     #: adaptive timing: stop once the 95% confidence interval of the median is within this
     #: fraction of it (after ``min_reps``; ``bench_seconds`` and ``max_reps`` cap it); 0: off
     target_ci: float = 0.01
@@ -115,6 +119,10 @@ class TuneRequest:
     budget: Budget = field(default_factory=Budget)
     objective: Objective = "time"
     seed: int = 0
+    #: variant names of the stored winner(s) of this problem: the engine times them without
+    #: an early stop and always again in the confirmation rounds, so the store judges the
+    #: incumbent against the new winner side by side (tuner.winner.confidently_faster)
+    incumbents: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,11 @@
 // For each it forks a child, which inherits the inputs (shared pages, only read), loads the
 // variant's exports (thv_<id>_spec, _buffer_bytes, _kernel, _prepare; see _harness.h) from
 // the shared object its batch was compiled into, poisons its outputs with 0xFF bytes (NaN),
-// runs the kernel once, writes <output> (Python verifies it), warms up (at least 3 calls and
+// runs the kernel once, writes <output> (Python verifies it), warms up (at least one call and
 // min(W, 10 ms)) and times: it repeats until the 95% confidence interval of the median is
-// within R of it (order statistics, the rule of tuner/stats.py), never fewer than N reps, at
-// most S seconds or max reps. Kernels faster than ~20 us are timed in batches of
+// within R of it (order statistics, the rule of tuner/stats.py), never fewer than N reps
+// (3 once S seconds are spent), at most S seconds or max reps. Kernels faster than ~20 us
+// are timed in batches of
 // back-to-back calls; every sample is the per-call time of its batch. The child's CPU time
 // over the timed loop is reported beside its wall time: a share well below 1 means another
 // process took the core (interference); tunehub's own work cannot trip it, since the CPU
@@ -23,7 +24,9 @@
 //    "cpu_seconds": c, "wall_seconds": w, "median_ci_rel": r}
 // and its stderr to <output>.err. With an abort threshold X > 0 (the engine passes the best
 // median so far plus the tie band) it stops after min reps once the whole confidence interval
-// of the median lies above X: clearly slower than the best (aborted=true). A crash or a hang (killed after T seconds)
+// of the median lies above X: clearly slower than the best (aborted=true); a kernel far
+// slower (every sample, after two, above kFarSlower * X) stops then: no drift of a shared
+// host makes a contender look twice as slow in every sample. A crash or a hang (killed after T seconds)
 // ends only the child. The runner answers every request with one line on stdout:
 //   {"exit": code} | {"signal": number} | {"timeout": true}
 // Child exit codes: 0 ok, 2 bad request, 3 mis-sized input or unwritable output, 4 dims
@@ -55,7 +58,11 @@ constexpr int kMaxCopies = 16;
 constexpr double kMinSampleUs = 20.0;
 constexpr int kMaxCallsPerSample = 4096;
 constexpr double kMaxWarmupS = 0.01;
-constexpr int kMinWarmupCalls = 3;
+// the verification call already paged the output in; a call of milliseconds needs no more
+constexpr int kMinWarmupCalls = 1;
+constexpr long kFarSlowerReps = 2;
+constexpr double kFarSlower = 2.0;
+constexpr long kMinRepsAtCap = 3;
 constexpr double kCiZ = 1.96;  // 95%
 
 struct Options {
@@ -289,6 +296,17 @@ Inputs load_inputs(const Options& o) {
     t1 = clock::now();
     samples.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / calls);
     long reps = static_cast<long>(samples.size());
+    if (rq.abort_us > 0 && reps >= kFarSlowerReps &&
+        *std::min_element(samples.begin(), samples.end()) > kFarSlower * rq.abort_us) {
+      aborted = true;
+      break;
+    }
+    // the time cap bounds the floor too: a kernel of tens of milliseconds stops at the cap
+    // after kMinRepsAtCap samples, not min reps (such a kernel is rarely a near-tie, and a
+    // near-tie is timed again in the engine's confirmation rounds)
+    if (reps >= kMinRepsAtCap && reps < o.min_reps &&
+        std::chrono::duration<double>(t1 - bench_start).count() >= o.bench_s)
+      break;
     if (reps < o.min_reps) continue;
     if (reps < 64 || reps % 16 == 0) {
       ci = median_ci(samples);

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from service.client import TunehubClient
+from service.schemas.configs import MAX_NEAREST_DISTANCE
 from service.settings import Settings, get_settings
 from tuner.problems import DTYPES
 from tuner.registry import BACKENDS, STRATEGIES
@@ -33,6 +34,7 @@ __all__ = [
     "SeedOpt",
     "DeviceOpt",
     "DimOpt",
+    "MaxDistanceOpt",
 ]
 
 #: file in the data dir holding the admin token ``tunehub serve`` creates (mode 600)
@@ -77,6 +79,15 @@ DeviceOpt = Annotated[
     typer.Option("--device", help="A backend (cpu, cuda), a device key or part of a device name."),
 ]
 DimOpt = Annotated[int, typer.Option()]
+MaxDistanceOpt = Annotated[
+    float,
+    typer.Option(
+        "--max-distance",
+        min=0.0,
+        help="Farthest nearest-shape answer accepted (log2 distance of the dims; "
+        f"{MAX_NEAREST_DISTANCE:g} = one dim 4x off). Farther: exit 1.",
+    ),
+]
 
 
 def resolve_server(server: str | None, settings: Settings | None = None) -> str:

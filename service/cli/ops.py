@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 import typer
@@ -12,6 +13,7 @@ from service.cli.common import (
     DeviceOpt,
     DimOpt,
     DTypeOpt,
+    MaxDistanceOpt,
     MaxSecondsOpt,
     MaxVariantsOpt,
     SeedOpt,
@@ -26,7 +28,7 @@ from service.cli.common import (
 )
 from service.cli.output import best_answer_lines, candidates_table, watch_job, winner_line
 from service.client import ApiError, TunehubClient
-from service.schemas.configs import ConfigQuery
+from service.schemas.configs import MAX_NEAREST_DISTANCE, ConfigQuery
 from service.schemas.jobs import JobCreate
 from tuner.errors import TunerError
 from tuner.problems import DTYPES, LAYOUTS, problem_from_dict
@@ -95,13 +97,13 @@ def run_tune(
     measurements = client.measurements(job_id=job_id)
     winners = {p.winner.variant_name for p in job.problems if p.winner}
     if measurements:
-        console.print(candidates_table(measurements, winners))
+        console.print(candidates_table(measurements, winners, console.width))
     for problem_status in job.problems:
         console.print(winner_line(problem_status))
         if kept := problem_status.kept_incumbent:  # what `best` answers from now on
             console.print(
-                f"  stored best config kept: {kept.variant_name} (this winner is within the "
-                "tie band of it)",
+                f"  stored best config kept: {kept.variant_name} (this winner is not faster "
+                "than it beyond the tie band with confidence)",
                 markup=False,
             )
     if job.status != "done" or not winners:
@@ -149,6 +151,7 @@ def _best_command(
     dtype: str,
     layout: str | None,
     device: str | None,
+    max_distance: float,
     server: str | None,
     token: str | None,
 ) -> None:
@@ -176,6 +179,15 @@ def _best_command(
                 raise
             stdout.print(f"not tuned yet: {exc.detail}", markup=False)
             raise typer.Exit(1) from None
+    if not answer.exact and answer.distance > max_distance:
+        tuned = ",".join(f"{k}={v}" for k, v in answer.tuned_problem.items())
+        stdout.print(
+            f"not tuned yet: the nearest tuned shape ({tuned}) is at log2 distance "
+            f"{answer.distance:.2f}, farther than {max_distance:g}; tune this shape, or pass "
+            f"--max-distance {math.ceil(answer.distance * 100) / 100:g} to accept it",
+            markup=False,
+        )
+        raise typer.Exit(1)
     for line in best_answer_lines(answer):
         stdout.print(line)
 
@@ -332,6 +344,7 @@ def best_reduce(
     kind: Annotated[str, typer.Option(help="sum, max or mean.")] = "sum",
     dtype: DTypeOpt = "f32",
     device: DeviceOpt = None,
+    max_distance: MaxDistanceOpt = MAX_NEAREST_DISTANCE,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
@@ -342,6 +355,7 @@ def best_reduce(
         dtype=dtype,
         layout=None,
         device=device,
+        max_distance=max_distance,
         server=server,
         token=token,
     )
@@ -353,6 +367,7 @@ def best_softmax(
     k: DimOpt,
     dtype: DTypeOpt = "f32",
     device: DeviceOpt = None,
+    max_distance: MaxDistanceOpt = MAX_NEAREST_DISTANCE,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
@@ -363,6 +378,7 @@ def best_softmax(
         dtype=dtype,
         layout=None,
         device=device,
+        max_distance=max_distance,
         server=server,
         token=token,
     )
@@ -376,6 +392,7 @@ def best_gemm(
     layout: Annotated[str, typer.Option(help="rcr, rrr, crr or ccr.")] = "rcr",
     dtype: DTypeOpt = "f32",
     device: DeviceOpt = None,
+    max_distance: MaxDistanceOpt = MAX_NEAREST_DISTANCE,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
@@ -386,6 +403,7 @@ def best_gemm(
         dtype=dtype,
         layout=layout,
         device=device,
+        max_distance=max_distance,
         server=server,
         token=token,
     )
@@ -405,6 +423,7 @@ def best_conv2d(
     dilation: DimOpt = 1,
     dtype: DTypeOpt = "f32",
     device: DeviceOpt = None,
+    max_distance: MaxDistanceOpt = MAX_NEAREST_DISTANCE,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
@@ -422,5 +441,12 @@ def best_conv2d(
         "dilation": dilation,
     }
     _best_command(
-        "conv2d", dims, dtype=dtype, layout="nhwc", device=device, server=server, token=token
+        "conv2d",
+        dims,
+        dtype=dtype,
+        layout="nhwc",
+        device=device,
+        max_distance=max_distance,
+        server=server,
+        token=token,
     )

@@ -98,15 +98,32 @@ def _problem_text(problem: Mapping[str, Any]) -> str:
     return escape(",".join(f"{k}={v}" for k, v in problem.items()))
 
 
-def candidates_table(measurements: Sequence[MeasurementOut], winners: set[str]) -> Table:
-    """Every candidate, verified ones fastest first, then the failures."""
-    table = Table(title="candidates", show_lines=False)
-    table.add_column("#", justify="right")
-    table.add_column("variant")
-    table.add_column("outcome")
-    table.add_column("median us", justify="right")
-    table.add_column("p20-p80 us", justify="right")
-    table.add_column("throughput", justify="right")
+#: below this console width the candidates table leaves out the p20-p80 column (80 columns
+#: hold the whole variant name, its outcome, median and throughput on one line)
+WIDE_CANDIDATES_COLUMNS = 100
+
+
+def candidates_table(
+    measurements: Sequence[MeasurementOut], winners: set[str], width: int = WIDE_CANDIDATES_COLUMNS
+) -> Table:
+    """Every candidate, verified ones fastest first, then the failures. Names are never cut
+    (variants differ in their last characters) and the winner's marker stays on its line."""
+    table = Table(
+        title="candidates",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    wide = width >= WIDE_CANDIDATES_COLUMNS
+    table.add_column("#", justify="right", no_wrap=True)
+    longest = max((len(m.variant_name) for m in measurements), default=7)
+    table.add_column("variant", no_wrap=True, min_width=longest + 2)  # "* " marks the winner
+    table.add_column("outcome", overflow="fold")
+    table.add_column("median us", justify="right", no_wrap=True)
+    if wide:
+        table.add_column("p20-p80 us", justify="right", no_wrap=True)
+    table.add_column("throughput", justify="right", no_wrap=True)
     multi_problem = len({_problem_text(m.problem) for m in measurements}) > 1
 
     def order(m: MeasurementOut) -> tuple[str, int, float, str]:
@@ -128,10 +145,10 @@ def candidates_table(measurements: Sequence[MeasurementOut], winners: set[str]) 
         spread = f"{format_us(m.p20_us)}-{format_us(m.p80_us)}" if m.p20_us is not None else "-"
         row = [
             str(index),
-            f"[bold]{name}[/bold] *" if won else name,
+            f"[bold]* {name}[/bold]" if won else f"  {name}",
             f"[{style}]{outcome}[/{style}]" + (" (suspect)" if m.suspect else ""),
             format_us(m.median_us),
-            spread,
+            *([spread] if wide else []),
             format_throughput(m.throughput, m.throughput_unit),
         ]
         if multi_problem:
@@ -196,9 +213,11 @@ def best_answer_lines(answer: BestConfigOut) -> list[str]:
     if answer.exact:
         how = "[green]exact match[/green]"
     else:
-        how = f"[yellow]nearest tuned shape[/yellow] (log-distance {answer.distance})"
-        if answer.problem:
-            how += f": {_problem_text(answer.problem)}"
+        # the shape that was tuned, not the one asked for: the user judges how near it is
+        how = (
+            f"[yellow]nearest tuned shape[/yellow] {_problem_text(answer.tuned_problem)} "
+            f"(log2 distance {answer.distance:.2f})"
+        )
     device = " ".join(
         v for v in (answer.device.backend, answer.device.name, answer.device.arch) if v
     )

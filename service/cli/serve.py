@@ -39,6 +39,7 @@ __all__ = [
     "serve",
     "run_remote_worker",
     "run_demo",
+    "demo_environment",
     "free_port",
 ]
 
@@ -272,6 +273,23 @@ def _stop_server(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=SERVER_STOP_TIMEOUT_S)
 
 
+#: the demo's compile cache, inside its data dir (README: "its own data folder")
+DEMO_CACHE_SUBDIR = "cache"
+
+
+def demo_environment(data_dir: Path) -> dict[str, str]:
+    """The demo server's environment: everything it writes (SQLite database, compile cache,
+    admin token, log) goes inside ``data_dir``, whatever TUNEHUB_* the user has set."""
+    root = str(Path(__file__).resolve().parents[2])
+    return {
+        **os.environ,
+        "TUNEHUB_DATA_DIR": str(data_dir),
+        "TUNEHUB_DATABASE_URL": "",  # the SQLite file inside the demo's data dir
+        "TUNEHUB_CACHE_DIR": str(data_dir / DEMO_CACHE_SUBDIR),
+        "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+    }
+
+
 def run_demo(data_dir: Path, console: Console, max_variants: int | None = None) -> int:
     """Serve from a fresh data dir, tune the README's reduce, ask for its best config, stop."""
     from service.cli.ops import run_tune
@@ -279,13 +297,7 @@ def run_demo(data_dir: Path, console: Console, max_variants: int | None = None) 
     data_dir = data_dir.expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    root = str(Path(__file__).resolve().parents[2])
-    env = {
-        **os.environ,
-        "TUNEHUB_DATA_DIR": str(data_dir),
-        "TUNEHUB_DATABASE_URL": "",  # the SQLite file inside the demo's data dir
-        "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
-    }
+    env = demo_environment(data_dir)
     command = [
         sys.executable,
         "-m",

@@ -20,6 +20,7 @@ from service.schemas.common import (
 
 __all__ = [
     "MAX_QUERIES",
+    "MAX_NEAREST_DISTANCE",
     "BestConfigOut",
     "ConfigQuery",
     "ConfigQueryBatch",
@@ -34,6 +35,10 @@ __all__ = [
 ]
 
 MAX_QUERIES = 1024
+#: the farthest nearest-shape answer `tunehub best` accepts unless --max-distance says more:
+#: log2-space distance of the dims (``BestConfigOut.distance``), 2.0 = one dim 4x off, or
+#: two dims each about 2.7x off; a config tuned that far away is more guess than answer
+MAX_NEAREST_DISTANCE = 2.0
 Scope = Literal["read", "submit", "worker", "admin"]
 
 

@@ -104,7 +104,13 @@ def upsert_best(session: Session, candidate: Measurement) -> UpsertOutcome:
         again.median_us if again is not None else None,
     )
     assert candidate.median_us is not None
-    if winner_rule.replaces_incumbent(reference, candidate.median_us):
+    # rounds only where the incumbent was timed in the candidate's own job (else medians)
+    if winner_rule.replaces_incumbent(
+        reference,
+        candidate.median_us,
+        incumbent_rounds=winner_rule.rounds_of(again.provenance) if again is not None else (),
+        candidate_rounds=winner_rule.rounds_of(candidate.provenance),
+    ):
         best.measurement_id = candidate.id
         best.updated_at = now
         best.confirmed = False  # until a second worker re-measures the new winner

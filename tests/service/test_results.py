@@ -259,3 +259,26 @@ def test_best_says_which_objective_answered(api: Any) -> None:
     api.tune([api.measurement("timed", 5.0)])
     answer = api.best(op="reduce", dtype="f32", m=1024, k=4096, kind="sum").json()
     assert answer["objective"] == "time" and answer["variant_name"] == "timed"
+
+
+def test_a_challenger_within_noise_of_its_rounds_keeps_the_incumbent(api: Any) -> None:
+    """Both timed in the same interleaved confirmation rounds: a median 5% lower whose rounds
+    overlap the incumbent's does not replace it; one faster beyond the band in every round
+    does."""
+    from tuner.winner import ROUNDS_KEY
+
+    def timed(name: str, median: float, rounds: list[float]) -> dict[str, Any]:
+        return api.measurement(name, median, provenance={ROUNDS_KEY: rounds})
+
+    api.tune([api.measurement("a", 10.0), api.measurement("b", 12.0)])
+    shown = api.tune([timed("a", 10.0, [10.0, 10.6, 9.9]), timed("b", 9.5, [9.5, 10.0, 9.4])])
+    assert shown["problems"][0]["winner"]["variant_name"] == "b"
+    assert shown["problems"][0]["kept_incumbent"]["variant_name"] == "a"
+    assert (
+        api.best(op="reduce", dtype="f32", m=1024, k=4096, kind="sum").json()["variant_name"] == "a"
+    )
+    shown = api.tune([timed("a", 10.0, [10.0, 10.6, 9.9]), timed("b", 9.1, [9.0, 9.3, 9.1])])
+    assert shown["problems"][0]["kept_incumbent"] is None
+    assert (
+        api.best(op="reduce", dtype="f32", m=1024, k=4096, kind="sum").json()["variant_name"] == "b"
+    )

@@ -144,10 +144,17 @@ def test_ok_and_aborted_runs(backend: CpuBackend) -> None:
     assert ok.outcome is Outcome.OK and ok.timing is not None
     assert ok.throughput is not None and ok.throughput > 0 and ok.throughput_unit == "GB/s"
     assert ok.provenance["hostname"] and "loadavg_1m_before" in ok.provenance
-    # an abort threshold far below any real time: stops after min reps, keeps its partial time
-    aborted = backend.run(variant, built.artifact, request, abort_above_us=1e-6)
+    # a threshold below the real time (under half of it: not "far" slower): stops after
+    # min reps, once the CI lies above it, and keeps its partial time
+    aborted = backend.run(
+        variant, built.artifact, request, abort_above_us=ok.timing.median_us * 0.6
+    )
     assert aborted.outcome is Outcome.ABORTED_SLOW
     assert aborted.timing is not None and aborted.timing.reps == backend.config.min_reps
+    # far below any real time: every sample over twice the threshold stops it after two
+    far = backend.run(variant, built.artifact, request, abort_above_us=1e-6)
+    assert far.outcome is Outcome.ABORTED_SLOW
+    assert far.timing is not None and far.timing.reps == 2
 
 
 def test_a_batch_keeps_every_variant_isolated(tmp_path: Path) -> None:

@@ -170,3 +170,38 @@ def test_a_candidate_stopped_early_by_drift_is_confirmed_too(tmp_path: Path) -> 
     assert again.outcome is Outcome.OK and again.timing is not None
     assert again.timing.median_us == 10.05
     assert result.winner is not None and result.winner.variant_name == min(early, late)
+
+
+def test_the_incumbent_is_timed_whole_and_confirmed_beside_the_winner(tmp_path: Path) -> None:
+    """A stored winner named in the request is never stopped early and joins the confirmation
+    rounds even when its first pass looked 30% slower (a drifting moment), so the store can
+    judge it side by side; faster beyond the band in no round, it keeps its place."""
+    from dataclasses import replace as with_field
+
+    from tuner.winner import ROUNDS_KEY, replaces_incumbent, rounds_of
+
+    names = _names(tmp_path)
+    best, incumbent = names[0], names[3]
+    script = Script(
+        {best: [(10.0, False), (10.0, False)], incumbent: [(13.0, False), (10.1, False)]}
+    )
+    backend = ScriptedBackend(_config(tmp_path), script)
+    request = with_field(REQUEST, incumbents=(incumbent,))
+    result = tune(request, backend, backend.config)
+    timed = {r.variant_name: r for r in result.results}
+    assert timed[incumbent].outcome is Outcome.OK  # not aborted as slower
+    assert script.calls[incumbent] == 1 + backend.config.confirm_rounds
+    assert timed[incumbent].provenance[ROUNDS_KEY] == [10.1] * backend.config.confirm_rounds
+    assert rounds_of(timed[incumbent].provenance)[0] == 13.0  # the first pass counts too
+    winner = result.winner
+    assert winner is not None and winner.timing is not None
+    assert not replaces_incumbent(
+        13.0,
+        winner.timing.median_us,
+        incumbent_rounds=rounds_of(timed[incumbent].provenance),
+        candidate_rounds=rounds_of(winner.provenance),
+    )
+    # without the request naming it, the 30% slower first pass stops it early
+    plain = ScriptedBackend(_config(tmp_path), Script(dict(script.runs)))
+    alone = {r.variant_name: r for r in tune(REQUEST, plain, plain.config).results}
+    assert alone[incumbent].outcome is Outcome.ABORTED_SLOW

@@ -8,11 +8,14 @@ from service.store.results import pick_winner as store_pick
 from tuner.engine import pick_winner as engine_pick
 from tuner.types import BenchResult, Outcome, Timing
 from tuner.winner import (
+    ROUNDS_KEY,
     TIE_BAND,
+    confidently_faster,
     incumbent_reference,
     needs_remeasure,
     pick,
     replaces_incumbent,
+    rounds_of,
 )
 
 
@@ -152,3 +155,24 @@ def test_the_incumbent_reference_prefers_the_same_job() -> None:
     assert incumbent_reference(10.0, False, 30.0) is None  # broken or clearly slower now
     assert replaces_incumbent(incumbent_reference(10.0, True, 11.0), 10.5)
     assert not replaces_incumbent(incumbent_reference(10.0, True, 9.0), 8.9)
+
+
+def test_a_challenger_within_noise_does_not_replace_the_incumbent() -> None:
+    # timed side by side in three interleaved rounds: the challenger's median is 5% lower,
+    # but its rounds overlap the incumbent's (drift of the moment), so it is not confident
+    incumbent, challenger = [10.0, 10.6, 9.9], [9.5, 10.0, 9.4]
+    assert replaces_incumbent(10.0, 9.5)  # medians alone would flip the winner
+    assert confidently_faster(challenger, incumbent) is False
+    assert not replaces_incumbent(
+        10.0, 9.5, incumbent_rounds=incumbent, candidate_rounds=challenger
+    )
+    # faster beyond the band in every round: replaced
+    clearly = [9.0, 9.3, 9.1]
+    assert replaces_incumbent(10.0, 9.1, incumbent_rounds=incumbent, candidate_rounds=clearly)
+    # one side without rounds: the medians decide, as before
+    assert confidently_faster(clearly, []) is None
+    assert replaces_incumbent(10.0, 9.5, incumbent_rounds=[], candidate_rounds=challenger)
+    assert rounds_of({ROUNDS_KEY: [1, 2.5, "x"]}) == [1.0, 2.5] and rounds_of(None) == []
+    # the first pass counts as one more median of the same job
+    assert rounds_of({ROUNDS_KEY: [2.0], "first_pass_median_us": 3.0}) == [3.0, 2.0]
+    assert rounds_of({"first_pass_median_us": 3.0}) == []  # not confirmed

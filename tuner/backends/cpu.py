@@ -325,7 +325,7 @@ class CpuBackend(Backend):
             "--min-reps",
             str(cfg.min_reps),
             "--max-reps",
-            str(cfg.max_reps),
+            str(min(cfg.max_reps, cfg.cpu_max_reps)),
             "--target-ci",
             repr(cfg.target_ci),
             "--run-timeout",
