@@ -90,4 +90,5 @@ def request_from_task(task: LeaseTask) -> TuneRequest:
         budget=Budget(max_variants=task.budget.max_variants, max_seconds=task.budget.max_seconds),
         objective=task.objective,
         seed=task.seed,
+        incumbents=tuple(task.incumbents),
     )

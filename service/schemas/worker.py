@@ -95,6 +95,9 @@ class LeaseTask(ResponseModel):
     budget: BudgetOut
     objective: Objective
     seed: int
+    #: the stored winners' variant names for this problem on the worker's device: the engine
+    #: times them beside the candidates so a new winner is judged against them side by side
+    incumbents: list[str] = []
 
 
 class LeaseOut(ResponseModel):

@@ -19,10 +19,13 @@ from service.errors import Conflict, InvalidInput, NotFound
 from service.schemas.common import FINISHED_STATUSES, DeviceFields
 from service.store.keys import selector_matches
 from service.store.models import (
+    BestConfig,
     Device,
     Job,
     Lease,
+    Measurement,
     Task,
+    Variant,
     Worker,
     WorkerDevice,
     new_id,
@@ -33,6 +36,7 @@ __all__ = [
     "MAX_ATTEMPTS",
     "requeue_expired",
     "claim_task",
+    "incumbent_names",
     "heartbeat",
     "held_task",
     "cancel_job",
@@ -145,9 +149,10 @@ def requeue_expired(session: Session, now: datetime | None = None) -> int:
     return moved
 
 
-def _matching_jobs(
-    session: Session, worker: Worker, backends: Sequence[str], device: DeviceFields | None = None
-) -> list[str]:
+def _worker_devices(
+    session: Session, worker: Worker, device: DeviceFields | None = None
+) -> list[Device]:
+    """The worker's registered devices; only ``device``'s key among them when given."""
     devices = list(
         session.scalars(
             select(Device)
@@ -160,6 +165,13 @@ def _matching_jobs(
         devices = [d for d in devices if (d.backend, d.name, d.arch, d.sm_count) == key]
         if not devices:
             raise InvalidInput(["body", "device"], "not one of this worker's registered devices")
+    return devices
+
+
+def _matching_jobs(
+    session: Session, worker: Worker, backends: Sequence[str], device: DeviceFields | None = None
+) -> list[str]:
+    devices = _worker_devices(session, worker, device)
     has_queued = exists().where(Task.job_id == Job.id, Task.status == "queued")
     jobs = session.execute(
         select(Job.id, Job.device)
@@ -254,6 +266,31 @@ def claim_task(
         job.status = "running"
     session.flush()
     return lease, claimed, job
+
+
+def incumbent_names(
+    session: Session, worker: Worker, job: Job, task: Task, device: DeviceFields | None = None
+) -> list[str]:
+    """The variant names of the stored winners of the task's problem on the leasing worker's
+    devices (of the job's backend): the engine times them beside its own candidates, so the
+    store's rule compares a new winner with the incumbent side by side (tuner.winner)."""
+    devices = _worker_devices(session, worker, device)
+    device_ids = [d.id for d in devices if d.backend == job.backend]
+    if not device_ids:
+        return []
+    names = session.scalars(
+        select(Variant.name)
+        .join(Measurement, Measurement.variant_id == Variant.id)
+        .join(BestConfig, BestConfig.measurement_id == Measurement.id)
+        .where(
+            BestConfig.op == job.op,
+            BestConfig.dtype == job.dtype,
+            BestConfig.layout == job.layout,
+            BestConfig.problem_key == task.problem_key,
+            BestConfig.device_id.in_(device_ids),
+        )
+    )
+    return sorted(set(names))
 
 
 def _lease(session: Session, lease_id: str) -> Lease | None:

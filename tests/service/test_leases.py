@@ -199,3 +199,20 @@ def test_concurrent_claims_never_share_a_task(api: Any) -> None:
         thread.join(timeout=60)
     assert not errors
     assert len(claimed) == 12 and len(set(claimed)) == 12
+
+
+def test_a_lease_names_the_stored_winner_so_the_engine_times_it_beside_the_new_candidates(
+    api: Any,
+) -> None:
+    api.submit()
+    fresh = api.lease(api.register(name="first"))
+    assert fresh is not None and fresh["task"]["incumbents"] == []  # nothing stored yet
+    api.upload(fresh["lease_id"], [api.measurement("a", 10.0), api.measurement("b", 12.0)])
+    api.submit()
+    again = api.lease(api.register(name="second"))
+    assert again is not None and again["task"]["incumbents"] == ["a"]
+    # another problem has no incumbent
+    api.submit(problems=[{"m": 2048, "k": 4096, "kind": "sum"}])
+    api.upload(again["lease_id"], [])
+    other = api.lease(api.register(name="third"))
+    assert other is not None and other["task"]["incumbents"] == []

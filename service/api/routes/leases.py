@@ -17,7 +17,7 @@ from service.schemas.worker import (
     ResultsOut,
 )
 from service.store.models import ApiToken
-from service.store.queue import claim_task, heartbeat
+from service.store.queue import claim_task, heartbeat, incumbent_names
 from service.store.results import store_results
 from service.store.tokens import check_lease_owner, owned_worker
 
@@ -47,6 +47,7 @@ def lease_task(
         session.commit()  # expired leases may have been requeued
         return Response(status_code=status.HTTP_204_NO_CONTENT)
     lease, task, job = claimed
+    incumbents = incumbent_names(session, worker, job, task, body.device)
     session.commit()
     assert task.lease_expires_at is not None  # claim_task sets it with the owner
     return LeaseOut(
@@ -65,6 +66,7 @@ def lease_task(
                 "budget": job.budget,
                 "objective": job.objective,
                 "seed": job.seed,
+                "incumbents": incumbents,
             }
         ),
     )
