@@ -71,7 +71,8 @@ def candidate_params(
     space = load_space(request.op, backend_name)
     kept: list[Params] = []
     pruned: list[tuple[Params, str]] = []
-    for params in [*discovered, *space.enumerate(request.dtype, request.layout, arch)]:
+    enumerated = space.enumerate(request.dtype, request.layout, arch)
+    for params in [*discovered, *(p for p in enumerated if p not in discovered)]:
         reason = space.prune(params, request.problem, request.dtype, request.layout)
         if reason is None:
             kept.append(params)
@@ -105,6 +106,7 @@ def pick_winner(
         name=lambda r: r.variant_name,
         ok=lambda r: r.ok,
         tie_band=tie_band,
+        vendor_default=lambda r: winner.is_vendor_default(r.provenance),
     )
 
 
@@ -220,11 +222,12 @@ def confirm_contenders(
     results: list[BenchResult],
     remeasure: Callable[[BenchResult], BenchResult],
     config: EngineConfig,
-    incumbents: Collection[str] = (),
+    anchors: Collection[str] = (),
 ) -> list[BenchResult]:
     """Time the near-fastest results again, interleaved (A B C, B C A, C A B), and keep for
-    each the round whose median is the median of its rounds. The ``incumbents`` (variant
-    names of the stored winner) join the rounds wherever they ranked, when timed.
+    each the round whose median is the median of its rounds. The ``anchors`` (variant names
+    of the stored winner and of the vendor's default) join the rounds wherever they ranked,
+    when timed, so the winner is compared with them side by side.
 
     A machine whose speed drifts (other tenants, memory bandwidth shared with other cores)
     makes medians taken seconds apart disagree by more than the tie band; timed side by side,
@@ -240,7 +243,7 @@ def confirm_contenders(
         key=lambda r: r.timing.median_us if r.timing else 0.0,
     )[: config.confirm_max]
     chosen = {r.variant_id for r in near}
-    near += [r for r in timed if r.variant_name in incumbents and r.variant_id not in chosen]
+    near += [r for r in timed if r.variant_name in anchors and r.variant_id not in chosen]
     if len(near) < 2:
         return results
     log.info("confirming %d near-ties in %d interleaved rounds", len(near), config.confirm_rounds)
@@ -294,6 +297,14 @@ def tune(
     if not candidates:
         reasons = sorted({reason for _, reason in pruned})[:3]
         raise NoVariantsError(f"every variant was pruned for {request.problem.key()}: {reasons}")
+    # the vendor's default (a backend discovers it first): timed whole, confirmed side by side
+    # with the near-fastest, and preferred in a tie (tuner.winner rule 2)
+    vendor_default = (
+        space.name(discovered[0], request.dtype, request.layout)
+        if discovered and discovered[0] in candidates
+        else None
+    )
+    protected = {*request.incumbents, *([vendor_default] if vendor_default else [])}
     budget = request.budget
     cap = budget.max_variants or space.default_max_variants or len(candidates)
     total = min(len(candidates), cap)
@@ -348,10 +359,15 @@ def tune(
             for index, variant in zip(batch, variants, strict=True):
                 if out_of_budget():
                     break
-                # the incumbent is never stopped early: a drifting moment must not unseat it
-                stop_early = timed and variant.name not in request.incumbents
+                # the incumbent and the vendor default are never stopped early: a drifting
+                # moment must not unseat them
+                stop_early = timed and variant.name not in protected
                 abort = best_us * slower if best_us and stop_early else None
                 result = runner.measure(variant, builds[variant.id], abort)
+                if variant.name == vendor_default:
+                    result = replace(
+                        result, provenance={**result.provenance, winner.VENDOR_DEFAULT_KEY: True}
+                    )
                 if (
                     result.ok
                     and result.timing
@@ -377,7 +393,7 @@ def tune(
     if not out_of_budget():
         results = settle_suspects(results, runner.remeasure, config)
     if not out_of_budget():
-        results = confirm_contenders(results, runner.remeasure, config, request.incumbents)
+        results = confirm_contenders(results, runner.remeasure, config, protected)
     return ProblemResult(
         request=request,
         device=device,

@@ -2,8 +2,10 @@
 
 1. Only verified measurements (outcome ``ok`` with a median) can win.
 2. The fastest median leads; every median within ``TIE_BAND`` of it ties with it, and a tie
-   is broken by variant name (a caller may add an id to the key), so re-tuning a space does
-   not flip winners on noise.
+   goes to the vendor's default (the algorithm the vendor library's heuristic names first,
+   marked in provenance under :data:`VENDOR_DEFAULT_KEY`): what the user would call anyway is
+   kept unless something is measurably faster. Then the variant name breaks it (a caller may
+   add an id to the key), so re-tuning a space does not flip winners on noise.
 3. ``suspect`` (measured under interference) does not change the ranking: interference only
    slows a measurement down, so a suspect median is an upper bound of the true one. Instead
    the engine re-measures every suspect candidate that could win or tie once the device is
@@ -36,6 +38,8 @@ __all__ = [
     "tied_with",
     "confidently_faster",
     "ROUNDS_KEY",
+    "VENDOR_DEFAULT_KEY",
+    "is_vendor_default",
     "FIRST_PASS_KEY",
     "rounds_of",
     "MIN_ROUNDS",
@@ -53,6 +57,15 @@ MIN_ROUNDS = 2
 T = TypeVar("T")
 
 
+#: provenance key marking the vendor's default algorithm (its heuristic's first answer)
+VENDOR_DEFAULT_KEY = "vendor_default"
+
+
+def is_vendor_default(provenance: Any) -> bool:
+    """True when a result's or row's provenance marks it as the vendor's default."""
+    return isinstance(provenance, dict) and provenance.get(VENDOR_DEFAULT_KEY) is True
+
+
 def tied_with(best_us: float, median_us: float, tie_band: float = TIE_BAND) -> bool:
     """True when ``median_us`` is inside the tie band above ``best_us``."""
     return median_us <= best_us * (1.0 + tie_band)
@@ -65,6 +78,7 @@ def pick(
     name: Callable[[T], Any],
     ok: Callable[[T], bool],
     tie_band: float = TIE_BAND,
+    vendor_default: Callable[[T], bool] = lambda _: False,
 ) -> T | None:
     """The winner of ``items`` by the rule above, or None when none is verified."""
     verified = [(m, item) for item in items if ok(item) and (m := median(item)) is not None]
@@ -72,7 +86,8 @@ def pick(
         return None
     best = min(m for m, _ in verified)
     tied = [item for m, item in verified if tied_with(best, m, tie_band)]
-    return min(tied, key=name)  # min keeps the first of equal names: stable
+    # min keeps the first of equal keys: stable
+    return min(tied, key=lambda item: (not vendor_default(item), name(item)))
 
 
 def needs_remeasure(

@@ -58,6 +58,7 @@ def pick_winner(
         median=(lambda m: m.energy_j) if objective == "energy" else (lambda m: m.median_us),
         name=lambda m: (names.get(m.variant_id, ""), m.variant_id, m.id),
         ok=lambda m: m.outcome == "ok" and m.median_us is not None,
+        vendor_default=lambda m: winner_rule.is_vendor_default(m.provenance),
     )
 
 

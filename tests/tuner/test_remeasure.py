@@ -205,3 +205,48 @@ def test_the_incumbent_is_timed_whole_and_confirmed_beside_the_winner(tmp_path: 
     plain = ScriptedBackend(_config(tmp_path), Script(dict(script.runs)))
     alone = {r.variant_name: r for r in tune(REQUEST, plain, plain.config).results}
     assert alone[incumbent].outcome is Outcome.ABORTED_SLOW
+
+
+class VendorDefaultBackend(ScriptedBackend):
+    """The scripted backend whose discovery names one of the space's params first, as a
+    vendor library's heuristic names its default."""
+
+    def __init__(self, config: EngineConfig, script: Script, default: dict) -> None:
+        super().__init__(config, script)
+        self.default = default
+
+    def discover(self, request: TuneRequest, arch: str) -> list[dict]:
+        return [self.default]
+
+
+def test_the_vendor_default_is_timed_whole_and_wins_a_tie(tmp_path: Path) -> None:
+    """The vendor's default is never stopped early, joins the confirmation rounds and wins
+    every tie (rule 2 of tuner.winner); a candidate faster beyond the band still wins."""
+    from tuner.winner import ROUNDS_KEY, is_vendor_default
+
+    from dataclasses import replace as with_field
+
+    whole = with_field(REQUEST, budget=Budget())  # every candidate: the rival is measured
+    plain = ScriptedBackend(_config(tmp_path), Script({}))
+    listed = tune(whole, plain, plain.config).results
+    default = listed[3]
+    rival = listed[0].variant_name
+    # first pass: the default looks 30% slower (a drifting moment), then ties within 1%
+    script = Script({rival: [(10.0, False)], default.variant_name: [(13.0, False), (10.1, False)]})
+    backend = VendorDefaultBackend(_config(tmp_path), script, dict(default.params))
+    result = tune(whole, backend, backend.config)
+    timed = {r.variant_name: r for r in result.results}
+    assert result.results[0].variant_name == default.variant_name  # discovered: first
+    assert len(result.results) == len(timed)  # the enumerated duplicate is dropped
+    assert timed[default.variant_name].outcome is Outcome.OK  # not aborted as slower
+    assert ROUNDS_KEY in timed[default.variant_name].provenance
+    assert result.winner is not None and result.winner.variant_name == default.variant_name
+    assert is_vendor_default(result.winner.provenance)
+    # 10% faster in every round: the tuned kernel wins
+    faster = Script({rival: [(9.0, False)], default.variant_name: [(10.0, False)]})
+    backend = VendorDefaultBackend(_config(tmp_path), faster, dict(default.params))
+    won = tune(whole, backend, backend.config).winner
+    assert won is not None and won.variant_name == rival
+    # a cut budget samples the space but always measures the vendor default first
+    sampled = tune(REQUEST, backend, backend.config).results
+    assert sampled[0].variant_name == default.variant_name

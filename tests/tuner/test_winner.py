@@ -104,6 +104,7 @@ class FakeMeasurement:
     outcome: str
     median_us: float | None
     suspect: bool = False
+    provenance: dict | None = None
 
 
 def test_engine_and_store_pick_the_same_winner() -> None:
@@ -176,3 +177,27 @@ def test_a_challenger_within_noise_does_not_replace_the_incumbent() -> None:
     # the first pass counts as one more median of the same job
     assert rounds_of({ROUNDS_KEY: [2.0], "first_pass_median_us": 3.0}) == [3.0, 2.0]
     assert rounds_of({"first_pass_median_us": 3.0}) == []  # not confirmed
+
+
+def test_a_tie_goes_to_the_vendor_default_in_engine_and_store() -> None:
+    from tuner.winner import VENDOR_DEFAULT_KEY, pick
+
+    rows = [("a_tuned", 10.0, {}), ("z_vendor", 10.15, {VENDOR_DEFAULT_KEY: True})]
+    chosen = pick(
+        rows,
+        median=lambda r: r[1],
+        name=lambda r: r[0],
+        ok=lambda r: True,
+        vendor_default=lambda r: bool(r[2].get(VENDOR_DEFAULT_KEY)),
+    )
+    assert chosen is not None and chosen[0] == "z_vendor"
+    # outside the band the faster one wins whatever it is
+    rows[1] = ("z_vendor", 10.5, {VENDOR_DEFAULT_KEY: True})
+    chosen = pick(
+        rows,
+        median=lambda r: r[1],
+        name=lambda r: r[0],
+        ok=lambda r: True,
+        vendor_default=lambda r: bool(r[2].get(VENDOR_DEFAULT_KEY)),
+    )
+    assert chosen is not None and chosen[0] == "a_tuned"

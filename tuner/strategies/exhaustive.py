@@ -6,6 +6,8 @@ problem-aware order of its own), it never takes the first N of the enumeration, 
 hold a few values of the leading axes only: it takes a stratified sample, greedily choosing
 the candidate that covers the most (axis, value) pairs not yet covered, then the one farthest
 from those chosen, so that every value of every axis is measured as soon as the budget allows.
+The first candidate always leads the sample: where a backend discovered the vendor's default,
+the engine puts it there, so any budget measures what the user would call anyway.
 """
 
 from __future__ import annotations
@@ -52,14 +54,19 @@ def stratified_order(candidates: Sequence[Params]) -> list[int]:
     nearest = [math.inf] * len(candidates)
     order: list[int] = []
     left = set(range(len(candidates)))
+
+    def take(chosen: int) -> None:
+        order.append(chosen)
+        left.discard(chosen)
+        uncovered.difference_update(pairs[chosen])
+        for i in left:
+            nearest[i] = min(nearest[i], _distance(candidates[i], candidates[chosen], spans))
+
+    if candidates:  # the first candidate leads (the vendor default, where there is one)
+        take(0)
     while left:
         # most new (axis, value) pairs first, then farthest from the chosen, then lowest index
-        best = min(left, key=lambda i: (-len(pairs[i] & uncovered), -nearest[i], i))
-        order.append(best)
-        left.discard(best)
-        uncovered -= pairs[best]
-        for i in left:
-            nearest[i] = min(nearest[i], _distance(candidates[i], candidates[best], spans))
+        take(min(left, key=lambda i: (-len(pairs[i] & uncovered), -nearest[i], i)))
     return order
 
 
