@@ -222,9 +222,9 @@ class VendorDefaultBackend(ScriptedBackend):
 def test_the_vendor_default_is_timed_whole_and_wins_a_tie(tmp_path: Path) -> None:
     """The vendor's default is never stopped early, joins the confirmation rounds and wins
     every tie (rule 2 of tuner.winner); a candidate faster beyond the band still wins."""
-    from tuner.winner import ROUNDS_KEY, is_vendor_default
-
     from dataclasses import replace as with_field
+
+    from tuner.winner import ROUNDS_KEY, is_vendor_default
 
     whole = with_field(REQUEST, budget=Budget())  # every candidate: the rival is measured
     plain = ScriptedBackend(_config(tmp_path), Script({}))
