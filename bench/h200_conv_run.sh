@@ -20,4 +20,4 @@ timeout "${GPU_TESTS_SECONDS:-80}" python3 -m pytest --noconftest -o addopts= -q
   -p no:cacheprovider tests/gpu/test_cuda_conv2d_cudnn.py > "$out/gpu-tests.log" 2>&1
 tail -15 "$out/gpu-tests.log"
 timeout "${BENCH_SECONDS:-200}" python3 bench/vs_vendor_conv.py --out "$out" \
-  --deadline-s "${BENCH_DEADLINE:-180}" 2>&1 | tee "$out/bench.log" | grep -E "^\[|wrote|Error|device"
+  --deadline-s "${BENCH_DEADLINE:-180}" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log" | grep -E "^\[|wrote|Error|device"
