@@ -16,16 +16,27 @@ from tuner.types import CompileResult, EngineConfig, TuneRequest
 from tuner.verify import variant_rejection
 
 FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)
-#: what the discovery build writes for engine configs (heuristic mode A, then fallback)
+#: what the discovery build writes for engine configs (heuristic modes A, INSTANT, B, fallback)
 FOUND = [
-    {"engine": 41, "source": "heur_a", "rank": 0, "workspace": 0,
-     "knobs": {"2": 7, "14": 4, "27": 1, "28": 1}},
-    {"engine": 41, "source": "heur_a", "rank": 1, "workspace": 4096,
-     "knobs": {"2": 3, "14": 3, "27": 1, "28": 2}},
-    {"engine": 0, "source": "fallback", "rank": 0, "workspace": -1, "knobs": {}},
-]  # fmt: skip
+    {"engine": 41, "source": "heur_a", "rank": 0, "knobs": {"2": 7, "14": 4, "27": 1, "28": 1}},
+    {"engine": 41, "source": "heur_a", "rank": 1, "knobs": {"2": 3, "14": 3, "27": 1, "28": 2}},
+    {"engine": 0, "source": "fallback", "rank": 0, "knobs": {}},
+]
+#: an answer where mode INSTANT's #0 (torch's pick) is not in mode A's list
+FOUND_INSTANT = [
+    *FOUND[:2],
+    {"engine": 58, "source": "heur_instant", "rank": 0, "knobs": {"25": 1}},
+    {"engine": 45, "source": "heur_b", "rank": 2, "knobs": {"2": 5}},
+    FOUND[2],
+]
 BATCH1_7X7 = Conv2dProblem(1, 7, 7, 512, 512, 3, 3, pad=1)
 BATCH32_56 = Conv2dProblem(32, 56, 56, 64, 64, 3, 3, pad=1)
+
+
+def test_heuristic_lists_merge_by_rank_and_the_fallback_goes_last() -> None:
+    params = CudaConv2dSpace().from_discovery(FOUND_INSTANT)
+    assert [p["engine"] for p in params] == [41, 58, 41, 45, 0]
+    assert params[0]["k2"] == 7 and params[2]["k2"] == 3  # mode A's #0, then INSTANT's #0
 
 
 def test_discovery_answer_becomes_engine_and_knob_params_in_its_order() -> None:
@@ -93,7 +104,8 @@ def test_the_vendor_default_comes_first_then_the_cutlass_head(problem: Conv2dPro
     kept = _ordered(problem)
     assert kept[0] == CudaConv2dSpace().from_discovery(FOUND)[0]  # heuristic #0: every budget
     libraries = [p["library"] for p in kept[:DEFAULT_MAX_VARIANTS]]
-    assert libraries[1:4] == ["cutlass"] * 3
+    assert libraries[:3] == ["cudnn"] * 3  # the #0 of each heuristic mode (here: 2 + fallback)
+    assert libraries[3:6] == ["cutlass"] * 3
     assert libraries.count("cudnn") == 3
 
 

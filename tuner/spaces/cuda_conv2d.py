@@ -12,9 +12,10 @@ of 8). One build serves every layer: the whole problem is a run-time argument.
 
 cuDNN engine configs depend on the shape and GPU, so they are not enumerated: the backend
 discovers them at tuning time (:mod:`tuner.spaces.cuda_conv2d_cudnn`). ``order`` merges the
-families: the vendor default (cuDNN heuristic #0) first, so every budget holds it, then the
-CUTLASS tiles that best fill the SMs for this shape (small batch: small tiles), then the rest
-of cuDNN's configs in its order, then the rest of CUTLASS.
+families: the vendor default (cuDNN heuristic mode A's #0) first, so every budget holds it, then
+the #0 of modes INSTANT (what torch's cuDNN path runs) and B, then the CUTLASS tiles that best
+fill the SMs for this shape (small batch: small tiles), then the rest of cuDNN's configs merged
+by rank, then the rest of CUTLASS.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ __all__ = ["CudaConv2dSpace", "DEFAULT_MAX_VARIANTS", "LIBRARIES"]
 
 #: the vendor default, the CUTLASS head and the next cuDNN configs fit in this
 DEFAULT_MAX_VARIANTS = 16
-#: ``order``: CUTLASS kernels tried right after the vendor default
+#: ``order``: cuDNN configs tried first (the #0 of heuristic modes A, INSTANT and B)
+_VENDOR_HEAD = 3
+#: ``order``: CUTLASS kernels tried right after them
 _CUTLASS_HEAD = 3
 #: ``order``: estimates within this factor of the best form one band (then the next...)
 _ORDER_BAND = 1.25
@@ -190,7 +193,12 @@ class CudaConv2dSpace(VariantSpace):
         cutlass = self._order_cutlass(
             [p for p in candidates if p.get("family") != dnn.FAMILY], problem
         )
-        return [*vendor[:1], *cutlass[:_CUTLASS_HEAD], *vendor[1:], *cutlass[_CUTLASS_HEAD:]]
+        return [
+            *vendor[:_VENDOR_HEAD],
+            *cutlass[:_CUTLASS_HEAD],
+            *vendor[_VENDOR_HEAD:],
+            *cutlass[_CUTLASS_HEAD:],
+        ]
 
     def _order_cutlass(self, candidates: list[Params], problem: Conv2dProblem) -> list[Params]:
         """CUTLASS candidates by a rough time estimate on ``problem`` (bands of

@@ -8,9 +8,11 @@ a position in a heuristic list, so a stored answer names the same engine config 
 
 Which engine configs exist depends on the shape and the GPU, so they are found at tuning time:
 the backend builds the discovery variant (``DISCOVERY_PARAMS``, the same template), runs it in
-the harness, and turns its answer into params with :func:`params_from_discovery`, in the order
-of cuDNN's heuristics (``CUDNN_HEUR_MODE_A``, then the fallback list): the vendor default,
-heuristic #0, first. Whether an engine config finalizes for a shape is the variant's outcome.
+the harness, and turns its answer into params with :func:`params_from_discovery`: the lists of
+cuDNN's heuristics merged by rank (``CUDNN_HEUR_MODE_A``'s #0 first: the vendor default; then
+``CUDNN_HEUR_MODE_INSTANT``'s #0, the config torch's cuDNN path runs, and ``CUDNN_HEUR_MODE_B``'s
+#0; then each one's #1, ...), the fallback list last. Whether an engine config finalizes for a
+shape is the variant's outcome.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ __all__ = [
     "DISCOVERY_PARAMS",
     "TEMPLATE",
     "REQUESTED_CONFIGS",
+    "SOURCES",
     "knobs",
     "params_from_discovery",
     "invalid_reason",
@@ -37,8 +40,10 @@ FAMILY = "cudnn"
 DISCOVERY_FAMILY = "cudnn_discover"
 DISCOVERY_PARAMS: Params = {"family": DISCOVERY_FAMILY}
 TEMPLATE = "cuda/conv2d_cudnn.cu.j2"
-#: most engine configs discovery keeps (heuristic mode A first, then the fallback list)
+#: most engine configs discovery keeps (heuristic modes A, INSTANT, B, then the fallback list)
 REQUESTED_CONFIGS = 64
+#: the discovery answer's ``source`` of each heuristic mode, in the order their lists merge
+SOURCES = ("heur_a", "heur_instant", "heur_b", "fallback")
 #: engine global indices and knob values are small ints (cuDNN 9 has < 100 engines)
 _MAX_ENGINE = 10_000
 _MAX_KNOB_TYPE = 63
@@ -76,13 +81,22 @@ def invalid_reason(params: Mapping[str, Any]) -> str | None:
 
 
 def params_from_discovery(found: Iterable[Mapping[str, Any]]) -> list[Params]:
-    """Well-formed, distinct params from the discovery answer, in its order."""
+    """Well-formed, distinct params from the discovery answer: the heuristics' lists merged by
+    rank (mode A's #0, INSTANT's #0, B's #0, then each one's #1, ...), the fallback list last."""
+    items = list(found)
+
+    def merge_key(i: int) -> tuple[bool, int, int, int]:
+        source = str(items[i].get("source", SOURCES[0]))
+        rank = items[i].get("rank")
+        known = SOURCES.index(source) if source in SOURCES else len(SOURCES)
+        return (source == "fallback", rank if isinstance(rank, int) else i, known, i)
+
     out: list[Params] = []
     seen: set[tuple[Any, ...]] = set()
-    for item in found:
-        raw = item.get("knobs")
+    for i in sorted(range(len(items)), key=merge_key):
+        raw = items[i].get("knobs")
         choices = raw if isinstance(raw, Mapping) else {}
-        params: Params = {"family": FAMILY, "engine": item.get("engine")}
+        params: Params = {"family": FAMILY, "engine": items[i].get("engine")}
         for knob, value in choices.items():
             params[f"k{knob}"] = value
         key = (params["engine"], tuple(knobs(params)))
