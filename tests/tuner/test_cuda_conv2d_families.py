@@ -165,3 +165,22 @@ def test_backend_discovery_asks_the_harness_for_engine_configs(tmp_path, monkeyp
     assert backend.discover(request_, "sm_90") == CudaConv2dSpace().from_discovery(FOUND)
     assert built == [dnn.DISCOVERY_FAMILY]
     assert sent[0]["requested"] == dnn.REQUESTED_CONFIGS and sent[0]["op"] == "conv2d"
+
+
+def test_sm90_cutlass3_kernels_are_on_sm90_only_and_ordered_last() -> None:
+    space = CudaConv2dSpace()
+    sm90 = [p for p in space.enumerate("f16", "nhwc", "sm_90") if p["family"] == "sm90"]
+    assert len(sm90) == 12 and all(p["library"] == "cutlass" for p in sm90)
+    assert not any(p["family"] == "sm90" for p in space.enumerate("f16", "nhwc", "sm_80"))
+    kept = _ordered(BATCH1_7X7)
+    first = next(i for i, p in enumerate(kept) if p["family"] == "sm90")
+    assert all(p["family"] == "sm90" for p in kept[first:])  # not yet measured: last
+    assert kept[first]["tile_m"] * kept[first]["tile_n"] == 64 * 64  # SM-fill order inside
+    params = sm90[0]
+    assert space.name(params, "bf16", "nhwc") == "conv2d_bf16_nhwc_sm90_128x128x64_c1x1"
+    variant = render_variant(space, params, "bf16", "nhwc", "sm_90", FLAGS, "nvcc test")
+    assert "cutlass::conv::collective::CollectiveBuilder" in variant.source
+    assert "Shape<_128, _128, Shape<_64>>" in variant.source
+    assert "cutlass::bfloat16_t" in variant.source
+    assert space.prune(params, Conv2dProblem(1, 56, 56, 4, 64, 3, 3), "f16", "nhwc") is not None
+    assert space.prune(params, BATCH32_56, "f16", "nhwc") is None

@@ -10,6 +10,11 @@ stages, the activation iterator (``opt``: precomputed offsets, ``analytic``: rec
 limits) and the channel alignment (8 elements: 16-byte loads; 4: for c or k not a multiple
 of 8). One build serves every layer: the whole problem is a run-time argument.
 
+On sm_90 the space also holds CUTLASS 3.x kernels (family ``sm90``, ``conv2d_sm90.cu.j2``: the
+conv collective builder, TMA im2col + wgmma; CUTLASS's one sm90 conv schedule, so the axes are
+the tile and the cluster). They are compile-checked but not yet measured on a GPU, so ``order``
+puts them last: a default budget does not reach them until a run shows where they win.
+
 cuDNN engine configs depend on the shape and GPU, so they are not enumerated: the backend
 discovers them at tuning time (:mod:`tuner.spaces.cuda_conv2d_cudnn`). ``order`` merges the
 families: the vendor default (cuDNN heuristic mode A's #0) first, so every budget holds it, then
@@ -52,7 +57,11 @@ _ORDER_BAND = 1.25
 #: tm*tn/(tm+tn) (operand bytes per MMA); this intensity gives half of it
 _HALF_RATE_INTENSITY = 32.0
 #: the library each template family belongs to (what a client calls)
-LIBRARIES = {"sm80": "cutlass", dnn.FAMILY: "cudnn"}
+LIBRARIES = {"sm80": "cutlass", "sm90": "cutlass", dnn.FAMILY: "cudnn"}
+SM90_TEMPLATE = "cuda/conv2d_sm90.cu.j2"
+#: sm_90 CUTLASS 3.x tiles (M, N, K): one consumer warpgroup holds the M x N accumulators
+_SM90_TILES = ((128, 128, 64), (128, 64, 64), (64, 128, 64), (64, 64, 64))
+_SM90_CLUSTERS = ((1, 1), (2, 1), (1, 2))
 
 #: threadblock tiles (M, N, K), strongest first
 _TILES = (
@@ -135,11 +144,16 @@ class CudaConv2dSpace(VariantSpace):
                 _TILES.index((p["tile_m"], p["tile_n"], p["tile_k"])),
             )
 
-        return sorted(out, key=rank)
+        ordered = sorted(out, key=rank)
+        if sm == 90:
+            ordered += _sm90_params()
+        return ordered
 
     def template_for(self, params: Params) -> str:
         if params["family"] in (dnn.FAMILY, dnn.DISCOVERY_FAMILY):
             return dnn.TEMPLATE
+        if params["family"] == "sm90":
+            return SM90_TEMPLATE
         return self.template
 
     def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
@@ -161,11 +175,12 @@ class CudaConv2dSpace(VariantSpace):
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
         if not isinstance(problem, Conv2dProblem):
             return "not a conv2d problem"
-        if params.get("family") == dnn.FAMILY:
-            reason = dnn.invalid_reason({k: v for k, v in params.items() if k != "library"})
-            if reason is not None:
-                return reason
-            # the template describes 16-byte aligned channel rows
+        if params.get("family") in (dnn.FAMILY, "sm90"):
+            if params["family"] == dnn.FAMILY:
+                reason = dnn.invalid_reason({k: v for k, v in params.items() if k != "library"})
+                if reason is not None:
+                    return reason
+            # 16-byte aligned channel rows (cuDNN's tensor descriptors, TMA's strides)
             align = elements_per_16_bytes(dtype)
             for dim in ("c", "k"):
                 if getattr(problem, dim) % align:
@@ -190,14 +205,15 @@ class CudaConv2dSpace(VariantSpace):
         if not isinstance(problem, Conv2dProblem) or not candidates:
             return list(candidates)
         vendor = [p for p in candidates if p.get("family") == dnn.FAMILY]
-        cutlass = self._order_cutlass(
-            [p for p in candidates if p.get("family") != dnn.FAMILY], problem
-        )
+        cutlass = self._order_cutlass([p for p in candidates if p.get("family") == "sm80"], problem)
+        # not yet measured on a GPU: last, in the SM-fill order (see the module doc)
+        sm90 = self._order_cutlass([p for p in candidates if p.get("family") == "sm90"], problem)
         return [
             *vendor[:_VENDOR_HEAD],
             *cutlass[:_CUTLASS_HEAD],
             *vendor[_VENDOR_HEAD:],
             *cutlass[_CUTLASS_HEAD:],
+            *sm90,
         ]
 
     def _order_cutlass(self, candidates: list[Params], problem: Conv2dProblem) -> list[Params]:
@@ -226,6 +242,11 @@ class CudaConv2dSpace(VariantSpace):
     def name(self, params: Params, dtype: str, layout: str) -> str:
         if params.get("family") in (dnn.FAMILY, dnn.DISCOVERY_FAMILY):
             return dnn.name(params, dtype, layout)
+        if params["family"] == "sm90":
+            tile = f"{params['tile_m']}x{params['tile_n']}x{params['tile_k']}"
+            return (
+                f"conv2d_{dtype}_{layout}_sm90_{tile}_c{params['cluster_m']}x{params['cluster_n']}"
+            )
         parts = [
             f"conv2d_{dtype}_{layout}_{params['tile_m']}x{params['tile_n']}x{params['tile_k']}",
             f"w{params['warp_m']}x{params['warp_n']}",
@@ -248,3 +269,18 @@ def _cutlass_estimate(params: Params, problem: Conv2dProblem, sm_count: int) -> 
     intensity = tm * tn / (tm + tn)
     rate = intensity / (intensity + _HALF_RATE_INTENSITY)
     return waves * tm * tn / rate
+
+
+def _sm90_params() -> list[Params]:
+    return [
+        {
+            "library": "cutlass",
+            "family": "sm90",
+            "tile_m": tm,
+            "tile_n": tn,
+            "tile_k": tk,
+            "cluster_m": cm,
+            "cluster_n": cn,
+        }
+        for (tm, tn, tk), (cm, cn) in itertools.product(_SM90_TILES, _SM90_CLUSTERS)
+    ]
