@@ -18,7 +18,8 @@ cuDNN engine config discovery returns plus the CUTLASS head (``_CUTLASS_HEAD``),
 back-to-back launches in a CUDA graph, input sets rotated over >= 2x L2, CUDA events, median),
 interleaved per shape on the same inputs: the winner, the cuDNN default (heuristic mode A's
 first engine config, the candidate every tuning job tries first) and
-torch.nn.functional.conv2d on channels_last f16 tensors (torch's cuDNN path, benchmark off).
+torch.nn.functional.conv2d on channels_last f16 tensors (torch's cuDNN path, benchmark off; and
+once more with cudnn.benchmark on, shown beside it, not counted in the ratios).
 """
 
 from __future__ import annotations
@@ -246,7 +247,10 @@ def phase_compare(rows: list[dict[str, Any]], deadline: float) -> None:
             x, w, _ = sets[i]
             torch.nn.functional.conv2d(x, w, stride=stride, padding=pad)
 
-        for label, fn in (("torch", torch_conv_only),):
+        # torch_benchmark: torch with cudnn.benchmark on (cuDNN times its engines on the first
+        # call, outside the graph): where it beats "torch", a faster engine exists
+        for label, fn in (("torch", torch_conv_only), ("torch_benchmark", torch_conv_only)):
+            torch.backends.cudnn.benchmark = label == "torch_benchmark"
             try:
                 run = harness.wl.time_launches(
                     fn,
@@ -260,6 +264,7 @@ def phase_compare(rows: list[dict[str, Any]], deadline: float) -> None:
                 times[label] = statistics.median(run.samples_us)
             except Exception as exc:
                 row.setdefault("compare_errors", {})[label] = f"{type(exc).__name__}: {exc}"[:300]
+        torch.backends.cudnn.benchmark = False
         torch.cuda.synchronize()
         row["times_us"] = times
         flops = _problem(row).flops()
@@ -324,12 +329,14 @@ def write_report(out: Path, payload: dict[str, Any], stem: str = "h200-conv-vend
         "torch.nn.functional.conv2d on channels_last views of the same tensors (cuDNN, "
         "benchmark mode off; `torch` times the call alone, its output is allocated by torch's "
         "caching allocator) are timed interleaved per shape in one process on the same inputs. "
-        "Ratios are times of the baseline over tunehub's (above 1: tunehub faster).",
+        "Ratios are times of the baseline over tunehub's (above 1: tunehub faster). "
+        "`torch bench`: torch again with cudnn.benchmark on (its own engine search; not in the "
+        "ratios; '-' where a run did not time it).",
         "",
         "| model | layer | n | h | c | k | rxs/stride | winner | library | tunehub us | "
-        "cuDNN default us | torch us | vs cuDNN default | vs torch | best CUTLASS us | configs | "
-        "tune s |",
-        "|" + "---|" * 17,
+        "cuDNN default us | torch us | torch bench us | vs cuDNN default | vs torch | "
+        "best CUTLASS us | configs | tune s |",
+        "|" + "---|" * 18,
     ]
     cutlass_share: list[float] = []
     vs_default: list[float] = []
@@ -367,6 +374,7 @@ def write_report(out: Path, payload: dict[str, Any], stem: str = "h200-conv-vend
             f"{own:.1f}" if own else "-",
             f"{d0:.1f}" if d0 else "-",
             f"{tor:.1f}" if tor else "-",
+            f"{tb:.1f}" if (tb := t.get("torch_benchmark")) else "-",
             f"{a:.2f}x" if a else "-",
             f"{b:.2f}x" if b else "-",
             f"{cut:.1f}" if (cut := _best_cutlass_us(r)) else "-",
