@@ -222,7 +222,7 @@ def best_answer_lines(answer: BestConfigOut) -> list[str]:
         v for v in (answer.device.backend, answer.device.name, answer.device.arch) if v
     )
     toolchain = f"{answer.toolchain.compiler} tpl={answer.toolchain.template_version}"
-    library = answer.params.get("library")  # gemm: cutlass, cublaslt or tunehub
+    library = answer.params.get("library")  # cutlass, cublaslt, cudnn or tunehub
     return [
         f"best config ({how})",
         f"  variant     [bold]{escape(answer.variant_name)}[/bold]",

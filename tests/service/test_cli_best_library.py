@@ -48,3 +48,11 @@ def test_best_names_the_library_and_every_attribute() -> None:
 def test_best_without_a_library_keeps_its_lines() -> None:
     lines = best_answer_lines(_answer({"pack": 4}))
     assert not any("library" in line for line in lines)
+
+
+def test_best_names_a_cudnn_engine_config() -> None:
+    params = {"library": "cudnn", "family": "cudnn", "engine": 62, "k2": 5, "k27": 2, "k28": 4}
+    lines = best_answer_lines(_answer(params))
+    assert "  library     [bold]cudnn[/bold]" in lines
+    line = next(line for line in lines if line.startswith("  params"))
+    assert "'engine': 62" in line and "'k27': 2" in line

@@ -41,7 +41,7 @@ from tuner.types import (
     TuneRequest,
     Variant,
 )
-from tuner.vendor_paths import cublas_paths, cublas_version
+from tuner.vendor_paths import cublas_paths, cublas_version, cudnn_paths, cudnn_version
 
 __all__ = ["CudaBackend", "arch_flags", "nvcc_version_line"]
 
@@ -51,8 +51,14 @@ _OUTCOMES = {o.value: o for o in Outcome}
 #: ops whose templates include CUTLASS headers
 _CUTLASS_OPS = ("gemm", "conv2d")
 _PROBE_TIMEOUT_S = 120.0
-#: template families that call cuBLASLt (linked against it, its headers on the include path)
-_CUBLASLT_FAMILIES = ("cublaslt", "cublaslt_discover")
+#: template families that call a vendor library (linked against it, its headers on the include
+#: path) -> that library
+_VENDOR_FAMILIES = {
+    "cublaslt": "cublas",
+    "cublaslt_discover": "cublas",
+    "cudnn": "cudnn",
+    "cudnn_discover": "cudnn",
+}
 #: the discovery answer's JSON may be this long
 _DISCOVERY_BUFFER_BYTES = 1 << 20
 
@@ -86,8 +92,24 @@ def nvcc_version_line(nvcc: str) -> str:
     raise ToolchainError(f"cannot read nvcc's version from: {proc.stdout[-300:]!r}")
 
 
-def _uses_cublaslt(variant: Variant) -> bool:
-    return variant.params.get("family") in _CUBLASLT_FAMILIES
+def _vendor_library(variant: Variant) -> str | None:
+    return _VENDOR_FAMILIES.get(str(variant.params.get("family")))
+
+
+def _vendor_build(library: str) -> tuple[list[str], tuple[str, ...]]:
+    """(include dirs, link flags) of a vendor library; ToolchainError when it is absent."""
+    if library == "cudnn":
+        dnn = cudnn_paths()
+        include, lib, soname = dnn.include, dnn.lib, dnn.library
+    else:
+        lt = cublas_paths()
+        include, lib, soname = lt.include, lt.lib, lt.lt_library
+    link = (f"-L{lib}", f"-l:{soname}", "-Xlinker", f"-rpath={lib}")
+    return [str(TEMPLATES_DIR / "cuda"), include], link
+
+
+def _vendor_version(library: str) -> str:
+    return cudnn_version() if library == "cudnn" else cublas_version()
 
 
 def _failed(variants: Sequence[Variant], reason: str) -> dict[str, CompileResult]:
@@ -144,8 +166,9 @@ class CudaBackend(Backend):
         libraries = {}
         if space.op in _CUTLASS_OPS and cutlass_version():
             libraries["cutlass"] = cutlass_version()
-        if getattr(space, "discovery_params", None) and cublas_version():
-            libraries["cublas"] = cublas_version()
+        vendor = str(getattr(space, "discovery_library", "cublas"))
+        if getattr(space, "discovery_params", None) and _vendor_version(vendor):
+            libraries[vendor] = _vendor_version(vendor)
         return Toolchain(f"nvcc {version}", template_version(space.template), libraries)
 
     def _include_dirs(self, variants: Sequence[Variant]) -> list[str]:
@@ -157,24 +180,19 @@ class CudaBackend(Backend):
         return dirs
 
     def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]:
-        """Compile in parallel; cuBLASLt variants also get its headers and link to it."""
-        vendor = [v for v in variants if _uses_cublaslt(v)]
-        plain = [v for v in variants if not _uses_cublaslt(v)]
+        """Compile in parallel; cuBLASLt and cuDNN variants also get the library's headers and
+        link to it."""
+        plain = [v for v in variants if _vendor_library(v) is None]
         results: dict[str, CompileResult] = {}
         if plain:
             results.update(self._build(plain, self._include_dirs(plain), ()))
-        if vendor:
+        for library in sorted({lib for v in variants if (lib := _vendor_library(v))}):
+            vendor = [v for v in variants if _vendor_library(v) == library]
             try:
-                paths = cublas_paths()
+                includes, link = _vendor_build(library)
             except ToolchainError as exc:
-                return {**results, **_failed(vendor, str(exc))}
-            link = (
-                f"-L{paths.lib}",
-                f"-l:{paths.lt_library}",
-                "-Xlinker",
-                f"-rpath={paths.lib}",
-            )
-            includes = [str(TEMPLATES_DIR / "cuda"), paths.include]
+                results.update(_failed(vendor, str(exc)))
+                continue
             results.update(self._build(vendor, includes, link))
         return results
 
@@ -209,16 +227,18 @@ class CudaBackend(Backend):
         )
 
     def discover(self, request: TuneRequest, arch: str) -> list[Params]:
-        """The cuBLASLt algorithms of the problem: the space's discovery build, run in the
-        harness like a variant (a crash or hang costs only the vendor candidates)."""
+        """The vendor algorithms of the problem (cuBLASLt's for GEMM, cuDNN's engine configs for
+        conv2d): the space's discovery build, run in the harness like a variant (a crash or
+        hang costs only the vendor candidates)."""
         space = load_space(request.op, self.name)
         params = getattr(space, "discovery_params", None)
         if params is None:
             return []
+        library = str(getattr(space, "discovery_library", "cublas"))
         try:
-            cublas_paths()
+            cudnn_paths() if library == "cudnn" else cublas_paths()
         except ToolchainError as exc:
-            log.warning("no cuBLASLt candidates: %s", exc)
+            log.warning("no %s candidates: %s", library, exc)
             return []
         variant = render_variant(
             space,
@@ -231,7 +251,7 @@ class CudaBackend(Backend):
         )
         built = self.build([variant])[variant.id]
         if not built.ok or built.artifact is None:
-            log.warning("cuBLASLt discovery did not build: %s", built.log[-2000:])
+            log.warning("%s discovery did not build: %s", library, built.log[-2000:])
             return []
         payload = {
             "cmd": "discover",
@@ -244,11 +264,11 @@ class CudaBackend(Backend):
         try:
             answer = self.request(payload, self.config.run_timeout_s)
         except HarnessTimeout as exc:
-            log.warning("cuBLASLt discovery hung: %s", exc)
+            log.warning("%s discovery hung: %s", library, exc)
             return []
         found = answer.get("algos")
         if not isinstance(found, list):
-            log.warning("cuBLASLt discovery failed: %s", answer.get("log", answer))
+            log.warning("%s discovery failed: %s", library, answer.get("log", answer))
             return []
         self.last_discovery = found
         discovered: list[Params] = space.from_discovery(found)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The conv2d-vs-cuDNN run on the lent H200 (through the device tool), from a staged copy:
+#   cd .stage/conv && bash bench/h200_conv_run.sh     (carry: .stage/conv with its precompiled
+#                                                     .cache/tunehub, and .whl)
+# 1. installs the carried wheels (CUTLASS headers, service deps; cuDNN is beside torch there),
+# 2. the GPU tests of the cuDNN and CUTLASS 3.x sm90 conv2d families,
+# 3. bench/vs_vendor_conv.py: ResNet-50 and ConvNeXt-T layers tuned, then timed against cuDNN.
+# Everything lands under $OUT (the device tool brings it back).
+set -uo pipefail
+out=${OUT:-/tmp/tunehub-out}
+mkdir -p "$out"
+wheels=${WHEELS:-../../.whl}
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site "$wheels"/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv \
+  > "$out/nvidia-smi.txt" 2>&1
+python3 -c 'from tuner.vendor_paths import cudnn_paths, cudnn_version as v; print(cudnn_paths(), v())'
+timeout "${GPU_TESTS_SECONDS:-150}" python3 -m pytest --noconftest -o addopts= -q -m gpu \
+  -p no:cacheprovider tests/gpu/test_cuda_conv2d_cudnn.py tests/gpu/test_cuda_conv2d_sm90.py \
+  > "$out/gpu-tests.log" 2>&1
+tail -15 "$out/gpu-tests.log"
+timeout "${BENCH_SECONDS:-200}" python3 bench/vs_vendor_conv.py --out "$out" \
+  --deadline-s "${BENCH_DEADLINE:-180}" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log" | grep -E "^\[|wrote|Error|device"

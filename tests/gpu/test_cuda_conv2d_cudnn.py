@@ -1,0 +1,75 @@
+"""cuDNN conv2d engine configs on a real GPU: discovered, built, verified against the float32
+reference and timed like any other variant (run on the H200 host).
+
+    python3 -m pytest --noconftest -o addopts= -m gpu tests/gpu/test_cuda_conv2d_cudnn.py
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from tuner.backends.cuda import CudaBackend
+from tuner.problems import Conv2dProblem
+from tuner.registry import load_space
+from tuner.render import render_variant
+from tuner.types import EngineConfig, Outcome, TuneRequest
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH"),
+]
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CudaBackend]:
+    config = EngineConfig(
+        cache_dir=str(tmp_path_factory.mktemp("cache")),
+        run_timeout_s=60.0,
+        bench_seconds=0.02,
+        warmup_seconds=0.01,
+        compile_timeout_s=300,
+    )
+    cuda = CudaBackend(config, harness_python=sys.executable)
+    yield cuda
+    cuda.close()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "problem"),
+    [
+        ("f16", Conv2dProblem(8, 28, 28, 128, 128, 3, 3, pad=1)),
+        ("bf16", Conv2dProblem(1, 56, 56, 64, 128, 3, 3, stride=2, pad=1)),
+    ],
+)
+def test_discovered_cudnn_engine_configs_verify(
+    backend: CudaBackend, dtype: str, problem: Conv2dProblem
+) -> None:
+    request = TuneRequest(op="conv2d", dtype=dtype, layout="nhwc", problem=problem, backend="cuda")
+    arch = backend.device().arch
+    found = backend.discover(request, arch)
+    assert found, "cuDNN's heuristics returned no engine config"
+    assert all(p["library"] == "cudnn" for p in found)
+    space = load_space("conv2d", "cuda")
+    for params in (found[0], found[-1]):  # the vendor default and the last config found
+        variant = render_variant(
+            space,
+            params,
+            dtype,
+            "nhwc",
+            arch,
+            backend.base_flags(arch),
+            backend.compiler_identity(),
+        )
+        built = backend.build([variant])[variant.id]
+        assert built.ok and built.artifact, built.log[-3000:]
+        result = backend.run(variant, built.artifact, request)
+        if params is found[0]:  # heuristic #0 must run; a fallback config may not finalize
+            assert result.outcome == Outcome.OK, (result.variant_name, result.log)
+            assert result.timing is not None and result.timing.median_us > 0
+            assert "cudnn engine=" in result.provenance["harness_describe"]
+        else:
+            assert result.outcome in (Outcome.OK, Outcome.RUNTIME_ERROR), result.log

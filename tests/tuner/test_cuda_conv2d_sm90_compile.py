@@ -1,0 +1,43 @@
+"""Compile-check one CUTLASS 3.x sm90 conv2d variant with the local nvcc (no GPU), through the
+CUDA backend's own build (about 75 s on two cores)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tuner.backends.cuda import CudaBackend
+from tuner.errors import ToolchainError
+from tuner.render import render_variant
+from tuner.spaces.cuda_conv2d import CudaConv2dSpace
+from tuner.types import EngineConfig
+
+pytestmark = pytest.mark.nvcc
+
+
+def test_an_sm90_conv_variant_compiles(tmp_path: Path) -> None:
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    try:
+        from tuner.cutlass_paths import cutlass_include_dirs
+
+        cutlass_include_dirs()
+    except ToolchainError as exc:
+        pytest.skip(str(exc))
+    space = CudaConv2dSpace()
+    params = next(
+        p
+        for p in space.enumerate("f16", "nhwc", "sm_90")
+        if p["family"] == "sm90" and (p["tile_m"], p["tile_n"], p["cluster_m"]) == (128, 64, 2)
+    )
+    backend = CudaBackend(
+        EngineConfig(cache_dir=str(tmp_path), compile_workers=1, compile_timeout_s=900)
+    )
+    variant = render_variant(
+        space, params, "f16", "nhwc", "sm_90", backend.base_flags("sm_90"),
+        backend.compiler_identity(),
+    )  # fmt: skip
+    result = backend.build([variant])[variant.id]
+    assert result.ok and result.artifact, f"{variant.name}:\n{result.log[-4000:]}"
