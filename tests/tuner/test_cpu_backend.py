@@ -144,13 +144,13 @@ def test_ok_and_aborted_runs(backend: CpuBackend) -> None:
     assert ok.outcome is Outcome.OK and ok.timing is not None
     assert ok.throughput is not None and ok.throughput > 0 and ok.throughput_unit == "GB/s"
     assert ok.provenance["hostname"] and "loadavg_1m_before" in ok.provenance
-    # a threshold below the real time (under half of it: not "far" slower): stops after
-    # min reps, once the CI lies above it, and keeps its partial time
+    # a threshold below the real time: stops by min reps, once the CI lies above it (after two
+    # when a loaded machine makes every sample "far" slower), and keeps its partial time
     aborted = backend.run(
         variant, built.artifact, request, abort_above_us=ok.timing.median_us * 0.6
     )
     assert aborted.outcome is Outcome.ABORTED_SLOW
-    assert aborted.timing is not None and aborted.timing.reps == backend.config.min_reps
+    assert aborted.timing is not None and 2 <= aborted.timing.reps <= backend.config.min_reps
     # far below any real time: every sample over twice the threshold stops it after two
     far = backend.run(variant, built.artifact, request, abort_above_us=1e-6)
     assert far.outcome is Outcome.ABORTED_SLOW
