@@ -277,6 +277,7 @@ def run_retunes(report: Report, root: Path, count: int) -> None:
         assert found is not None and found.timing is not None
         medians = {r.variant_name: r.timing.median_us for r in result.results if r.ok and r.timing}
         rounds = {r.variant_name: winner_rule.rounds_of(r.provenance) for r in result.results}
+        shares = {r.variant_name: winner_rule.cpu_share_of(r.provenance) for r in result.results}
         if stored is None:
             stored = (found.variant_name, found.timing.median_us)
         else:  # the store's rule: the incumbent as this job measured it, if it did
@@ -289,6 +290,7 @@ def run_retunes(report: Report, root: Path, count: int) -> None:
                 found.timing.median_us,
                 incumbent_rounds=rounds.get(stored[0], []),
                 candidate_rounds=rounds.get(found.variant_name, []),
+                incumbent_cpu_share=shares.get(stored[0]),
             ):
                 stored = (found.variant_name, found.timing.median_us)
         fastest_name = min(medians, key=lambda n: medians[n])
@@ -300,6 +302,7 @@ def run_retunes(report: Report, root: Path, count: int) -> None:
             fastest,
             incumbent_rounds=rounds.get(stored[0], []),
             candidate_rounds=rounds.get(fastest_name, []),
+            incumbent_cpu_share=shares.get(stored[0]),
         )
         report.retunes.append(
             {
@@ -536,7 +539,9 @@ def notes(report: Report) -> list[str]:
         "stored winner is named in the request, timed without an early stop, and timed again "
         "in the interleaved confirmation rounds beside the job's winner, and the challenger "
         "must be faster in all four of its medians (first pass and three rounds) than the "
-        "incumbent in any of its four, by more than the band. Where the stored winner still "
+        "incumbent in any of its four, by more than the band (plus the share of a core the "
+        "incumbent's runs lost, when another process took some: interference on the "
+        "incumbent cannot unseat it). Where the stored winner still "
         "changes, the confirmation rounds separated the two: on this host that happened when "
         "the load changed (other tenants' memory traffic changes which variant is fastest, so "
         "the fastest variant of one minute is not the fastest of the next). The service does "
