@@ -277,6 +277,7 @@ def run_retunes(report: Report, root: Path, count: int) -> None:
         assert found is not None and found.timing is not None
         medians = {r.variant_name: r.timing.median_us for r in result.results if r.ok and r.timing}
         rounds = {r.variant_name: winner_rule.rounds_of(r.provenance) for r in result.results}
+        shares = {r.variant_name: winner_rule.cpu_share_of(r.provenance) for r in result.results}
         if stored is None:
             stored = (found.variant_name, found.timing.median_us)
         else:  # the store's rule: the incumbent as this job measured it, if it did
@@ -289,6 +290,7 @@ def run_retunes(report: Report, root: Path, count: int) -> None:
                 found.timing.median_us,
                 incumbent_rounds=rounds.get(stored[0], []),
                 candidate_rounds=rounds.get(found.variant_name, []),
+                incumbent_cpu_share=shares.get(stored[0]),
             ):
                 stored = (found.variant_name, found.timing.median_us)
         fastest_name = min(medians, key=lambda n: medians[n])
@@ -300,6 +302,7 @@ def run_retunes(report: Report, root: Path, count: int) -> None:
             fastest,
             incumbent_rounds=rounds.get(stored[0], []),
             candidate_rounds=rounds.get(fastest_name, []),
+            incumbent_cpu_share=shares.get(stored[0]),
         )
         report.retunes.append(
             {
@@ -503,30 +506,48 @@ def notes(report: Report) -> list[str]:
         "compiled variant serves every kind and every shape; Kernel Tuner's kernel is sum "
         "only), and a cold cache also builds tunehub's runner once (about 1 s of compiler "
         "time). The rest of the gap is the warm cost below.",
-        "- **Warm <= 0.3x Kernel Tuner.** The 'KT timing policy' column (7 reps, no confidence "
-        "target, no re-measuring or confirmation) shows what tunehub's isolation and "
-        "verification cost: a forked process per "
-        f"variant, a verified output, new inputs for a new job; that is already {policy} of "
-        "Kernel Tuner's whole run including its compiles. The default policy then spends more "
-        "to pick honestly: timing to a 1% confidence interval of the median on inputs rotated "
-        "out of cache (Kernel Tuner times 7 calls on one cache-warm input), re-measuring "
-        f"suspect contenders ({suspect} of {measured} measurements in (a) ran with less than "
-        "90% of a core) and timing the near-ties again side by side. 0.3x would need both "
-        "tools' timing policies to match, which is the column that exists for that reason.",
-        "- **Full space cold/warm >= 5x.** With compiles cheap, measuring dominates both runs; "
-        "cold minus warm is the compile time, and the ratio can reach 5x only where compiling "
-        "costs four times the measuring. The old page's 9.1x (a CPU gemm job) came from about "
-        "1 s of compile a variant and did not reproduce (3.2x when re-run, issue 10); it is "
-        "replaced by this page.",
+        "- **Warm <= 0.3x Kernel Tuner.** A cProfile of one warm 16-variant run "
+        "(2026-12-04, quiet host, load 0.4) before this page's changes: 7.2 s, of which 3.2 s "
+        "the first pass (0.2 s of samples a variant: the time cap, not the 1% target, ended "
+        "almost every one), 4.0 s the confirmation rounds (6 near-ties x 3 rounds x 0.2 s), "
+        "0.6 s making inputs and the reference. Cut since: at most 24 samples a variant "
+        "beside the 0.2 s cap (more do not narrow the median on a host that drifts by 10-30% "
+        "over seconds, and near-ties are timed again anyway), one warm-up call, a kernel "
+        "whose every sample is over twice the early-stop threshold stopped after two samples, "
+        "3 samples once the time cap is spent, inputs drawn in float32 and the reference "
+        "summed without a copy: the same run took 2.8-3.5 s (load 0.4-3), about 1.9 s "
+        "first pass (the first variant measured, p1/a1/u1 at about 90 ms a call, has no best "
+        "to be stopped against and costs about 0.4 s alone), 0.7-1.5 s confirmation, 0.13 s "
+        "inputs. What is left is measurement: every variant verified and timed on inputs "
+        f"rotated out of cache, in its own process. The 'KT timing policy' column ({policy}: "
+        "7 samples, no confidence target, no re-measuring or confirmation) is the floor of "
+        "tunehub's infrastructure; 0.3x would need tunehub to time no more than Kernel Tuner "
+        "does (7 calls on one cache-warm input) and to skip the side-by-side confirmation "
+        "that keeps the stored winner from flipping, which this page does not trade away. "
+        f"Suspect measurements (CPU share < 0.9) in (a): {suspect} of {measured}.",
+        "- **Full space cold/warm >= 5x.** With compiles cheap (batches of variants per g++ "
+        "call), measuring dominates both runs; cold minus warm is the compile time, and the "
+        "ratio can reach 5x only where compiling costs four times the measuring. The old "
+        "page's 9.1x (a CPU gemm job) came from about 1 s of compile a variant and did not "
+        "reproduce (3.2x when re-run, issue 10).",
         "- **Re-tuning stability.** The row sum is memory bound, and many variants run at the "
-        "memory bandwidth of the moment. On this shared 2-core host another tenant's work on "
-        "the other core takes memory bandwidth without taking our core, so the CPU-share "
-        "signal cannot see it, and a variant's median moves by 10-30% within seconds. Two "
-        "measures answer that: the engine times the near-ties again side by side "
-        "(confirmation rounds), and the store judges the incumbent by its median in the same "
-        "job, not by a median stored minutes earlier. What remains is noise between variants "
-        "timed side by side that still exceeds the 2% tie band on this host, so which of the "
-        "memory-bound variants wins a job changes from job to job.",
+        "memory bandwidth of the moment: on this shared 2-core host another tenant's work on "
+        "the other core takes memory bandwidth without taking our core (the CPU-share signal "
+        "cannot see it), and a variant's median moves by 10-30% within seconds, so each "
+        "job's own winner changes among the near-tied variants. The store therefore keeps its "
+        "winner unless a job's winner is faster beyond the tie band with confidence: the "
+        "stored winner is named in the request, timed without an early stop, and timed again "
+        "in the interleaved confirmation rounds beside the job's winner, and the challenger "
+        "must be faster in all four of its medians (first pass and three rounds) than the "
+        "incumbent in any of its four, by more than the band (plus the share of a core the "
+        "incumbent's runs lost, when another process took some: interference on the "
+        "incumbent cannot unseat it). Where the stored winner still "
+        "changes, the confirmation rounds separated the two: on this host that happened when "
+        "the load changed (other tenants' memory traffic changes which variant is fastest, so "
+        "the fastest variant of one minute is not the fastest of the next). The service does "
+        "not yet name the incumbent in a leased task (a LeaseTask field the lease route would "
+        "fill); until it does, a worker's job confirms the incumbent only when it is among "
+        "the near-ties.",
         "- **GPU.** Not re-measured: this change had no H200 time. The last H200 run "
         "(2026-12-02, before this change; bench/results/h200-e2e/h200-tune.json) tuned "
         "GEMM 8192^3 (24 variants) in 117.7 s cold and a new shape in 1.6-2.2 s warm (over "

@@ -18,7 +18,8 @@
    rounds (:func:`rounds_of`: the first pass and the rounds under :data:`ROUNDS_KEY`), the
    candidate must be faster beyond the band with confidence: its slowest median more than
    ``TIE_BAND`` below the incumbent's fastest (:func:`confidently_faster`), so noise cannot
-   flip winners.
+   flip winners; the band grows by the share of a core the incumbent's runs lost to another
+   process (interference only slows a run down, the incumbent's as much as any).
 
 The functions take key functions, so the engine and the store apply the same code to their
 own types.
@@ -41,7 +42,9 @@ __all__ = [
     "VENDOR_DEFAULT_KEY",
     "is_vendor_default",
     "FIRST_PASS_KEY",
+    "CPU_SHARE_KEY",
     "rounds_of",
+    "cpu_share_of",
     "MIN_ROUNDS",
 ]
 
@@ -51,6 +54,8 @@ TIE_BAND = 0.02
 ROUNDS_KEY = "confirm_medians_us"
 #: provenance key of its median in the job's first pass, before the confirmation rounds
 FIRST_PASS_KEY = "first_pass_median_us"
+#: provenance key of the share of a core the timed process got (CPU backend; absent: unknown)
+CPU_SHARE_KEY = "cpu_share"
 #: rounds each side needs before the confident rule applies (fewer: medians are compared)
 MIN_ROUNDS = 2
 
@@ -129,6 +134,12 @@ def confidently_faster(
     return max(candidate_rounds) < min(incumbent_rounds) * (1.0 - tie_band)
 
 
+def cpu_share_of(provenance: Any) -> float | None:
+    """The core share a result's provenance records (None when it records none)."""
+    share = provenance.get(CPU_SHARE_KEY) if isinstance(provenance, dict) else None
+    return float(share) if isinstance(share, int | float) else None
+
+
 def rounds_of(provenance: Any) -> list[float]:
     """The medians of a confirmed result in its job: the first pass and every confirmation
     round ([] when it was not confirmed). Four medians a side make a chance separation of two
@@ -148,13 +159,18 @@ def replaces_incumbent(
     *,
     incumbent_rounds: Sequence[float] = (),
     candidate_rounds: Sequence[float] = (),
+    incumbent_cpu_share: float | None = None,
 ) -> bool:
     """True when the candidate is more than the tie band faster than the stored winner: by
     :func:`confidently_faster` when both were timed in the same confirmation rounds, else by
-    their medians."""
+    their medians. An incumbent timed with less than a whole core (``incumbent_cpu_share``)
+    may have been slowed by up to the share it lost: the band grows by that share, so
+    interference on the incumbent's runs cannot unseat it."""
     if incumbent_us is None:
         return True
-    confident = confidently_faster(candidate_rounds, incumbent_rounds, tie_band)
+    lost = 1.0 - incumbent_cpu_share if incumbent_cpu_share is not None else 0.0
+    band = tie_band + min(max(lost, 0.0), 1.0)
+    confident = confidently_faster(candidate_rounds, incumbent_rounds, band)
     if confident is not None:
         return confident
     return candidate_us < incumbent_us * (1.0 - tie_band)

@@ -111,6 +111,7 @@ def upsert_best(session: Session, candidate: Measurement) -> UpsertOutcome:
         candidate.median_us,
         incumbent_rounds=winner_rule.rounds_of(again.provenance) if again is not None else (),
         candidate_rounds=winner_rule.rounds_of(candidate.provenance),
+        incumbent_cpu_share=winner_rule.cpu_share_of(again.provenance) if again else None,
     ):
         best.measurement_id = candidate.id
         best.updated_at = now

@@ -201,3 +201,20 @@ def test_a_tie_goes_to_the_vendor_default_in_engine_and_store() -> None:
         vendor_default=lambda r: bool(r[2].get(VENDOR_DEFAULT_KEY)),
     )
     assert chosen is not None and chosen[0] == "a_tuned"
+
+
+def test_an_incumbent_timed_under_interference_needs_a_wider_margin() -> None:
+    incumbent, challenger = [10.0, 10.2, 10.1, 10.3], [9.5, 9.6, 9.4, 9.5]
+    # 5% apart in every median: confident with a whole core
+    assert replaces_incumbent(10.0, 9.5, incumbent_rounds=incumbent, candidate_rounds=challenger)
+    # the incumbent got 85% of a core: it may have been up to 15% slowed, so it stays
+    assert not replaces_incumbent(
+        10.0,
+        9.5,
+        incumbent_rounds=incumbent,
+        candidate_rounds=challenger,
+        incumbent_cpu_share=0.85,
+    )
+    assert replaces_incumbent(
+        10.0, 7.0, incumbent_rounds=incumbent, candidate_rounds=[7.0] * 4, incumbent_cpu_share=0.85
+    )

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from tuner import stats
+from tuner import stats, winner
 from tuner.backends import cpu_host
 from tuner.backends.base import Backend
 from tuner.backends.cpu_batch import RUNNER_SOURCE, batch_source, runner_key, symbol_prefix
@@ -412,7 +412,7 @@ class CpuBackend(Backend):
             "max_abs_error": verdict.max_abs_error,
             "calls_per_sample": answer.get("calls_per_sample"),
             "copies": answer.get("copies"),
-            "cpu_share": cpu_share,
+            winner.CPU_SHARE_KEY: cpu_share,
             "median_ci_rel": stats.median_ci_rel(samples),
             "spread": timing.spread,
             "suspect": suspect,
