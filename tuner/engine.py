@@ -342,7 +342,10 @@ def tune(
 
     def next_batch() -> tuple[list[int], list[Variant]]:
         nonlocal asked
-        indices = strategy.ask(min(batch_size, total - asked)) if asked < total else []
+        # the vendor default alone first: it builds in seconds, so a time budget that long
+        # compiles (CUTLASS: ~40 s each) would exhaust still holds what the user calls anyway
+        size = 1 if asked == 0 and vendor_default else batch_size
+        indices = strategy.ask(min(size, total - asked)) if asked < total else []
         asked += len(indices)
         return indices, runner.render([candidates[i] for i in indices])
 

@@ -214,9 +214,14 @@ class VendorDefaultBackend(ScriptedBackend):
     def __init__(self, config: EngineConfig, script: Script, default: dict) -> None:
         super().__init__(config, script)
         self.default = default
+        self.batches: list[list[str]] = []
 
     def discover(self, request: TuneRequest, arch: str) -> list[dict]:
         return [self.default]
+
+    def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]:
+        self.batches.append([v.name for v in variants])
+        return super().build(variants)
 
 
 def test_the_vendor_default_is_timed_whole_and_wins_a_tie(tmp_path: Path) -> None:
@@ -237,6 +242,7 @@ def test_the_vendor_default_is_timed_whole_and_wins_a_tie(tmp_path: Path) -> Non
     result = tune(whole, backend, backend.config)
     timed = {r.variant_name: r for r in result.results}
     assert result.results[0].variant_name == default.variant_name  # discovered: first
+    assert backend.batches[0] == [default.variant_name]  # built and timed alone, first
     assert len(result.results) == len(timed)  # the enumerated duplicate is dropped
     assert timed[default.variant_name].outcome is Outcome.OK  # not aborted as slower
     assert ROUNDS_KEY in timed[default.variant_name].provenance
