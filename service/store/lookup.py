@@ -236,9 +236,10 @@ def find_best_many(
     every nearest answer."""
     snapshot = best_index_for(_engine(session)).fresh(session)
     pairs = [_pairs(snapshot, q) for q in queries]
+    keys = [q.problem.key() for q in queries]  # once each: the batch's per-problem work adds up
     wanted = {
-        (q.op, q.dtype, q.layout, q.problem.key(), d, t)
-        for q, allowed in zip(queries, pairs, strict=True)
+        (q.op, q.dtype, q.layout, key, d, t)
+        for q, key, allowed in zip(queries, keys, pairs, strict=True)
         for d, t in allowed
     }
     exact: dict[tuple[str, str, str, str], list[Row[Any]]] = {}
@@ -257,8 +258,8 @@ def find_best_many(
                 exact.setdefault((r.op, r.dtype, r.layout, r.problem_key), []).append(r)
     exact_rows: list[list[Row[Any]]] = []
     near_ids: list[list[int]] = []
-    for query, allowed in zip(queries, pairs, strict=True):
-        candidates = exact.get((query.op, query.dtype, query.layout, query.problem.key()), [])
+    for query, key, allowed in zip(queries, keys, pairs, strict=True):
+        candidates = exact.get((query.op, query.dtype, query.layout, key), [])
         chosen = [r for r in candidates if (r.device_id, r.toolchain_id) in allowed]
         exact_rows.append(chosen)
         near_ids.append(
