@@ -233,7 +233,20 @@ def find_best_many(
 ) -> list[dict[str, Any] | NotFound]:
     """Answers to many lookups, in order (a NotFound where nothing fits), in a constant
     number of statements: the index check, one query for every exact key and one by id for
-    every nearest answer."""
+    every nearest answer. A query asked more than once (a model's repeated layers) is
+    answered once, and each asker gets its own copy of the answer."""
+    unique = list(dict.fromkeys(queries))
+    if len(unique) < len(queries):
+        answered = dict(zip(unique, _find_many(session, unique), strict=True))
+        return [_copy(answered[q]) for q in queries]
+    return _find_many(session, queries)
+
+
+def _copy(answer: dict[str, Any] | NotFound) -> dict[str, Any] | NotFound:
+    return answer if isinstance(answer, NotFound) else dict(answer)
+
+
+def _find_many(session: Session, queries: Sequence[LookupQuery]) -> list[dict[str, Any] | NotFound]:
     snapshot = best_index_for(_engine(session)).fresh(session)
     pairs = [_pairs(snapshot, q) for q in queries]
     keys = [q.problem.key() for q in queries]  # once each: the batch's per-problem work adds up

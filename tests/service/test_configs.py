@@ -144,6 +144,25 @@ def test_batch_query_answers_in_order(api: Any) -> None:
     assert results[4]["result"] is None and "layout" in results[4]["error"]
 
 
+def test_batch_query_answers_repeated_queries_like_single_ones(api: Any) -> None:
+    _tune_gemm(api, (128, 128, 128), "a", 5.0)
+    exact = {**GEMM, "problem": {"m": 128, "n": 128, "k": 128}}
+    near = {**GEMM, "problem": {"m": 256, "n": 128, "k": 128}}
+    missing = {"op": "softmax", "dtype": "f16", "problem": {"m": 8, "k": 8}}
+    queries = [exact, near, missing, exact, near, missing, exact]
+    response = api.client.post("/v1/configs/query", json={"queries": queries})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    alone = [
+        api.client.post("/v1/configs/query", json={"queries": [q]}).json()["results"][0]
+        for q in queries
+    ]
+    assert results == alone
+    assert [r["result"] and r["result"]["exact"] for r in results] == [
+        True, False, None, True, False, None, True
+    ]  # fmt: skip
+
+
 def test_batch_query_limits(api: Any) -> None:
     one = {**GEMM, "problem": {"m": 1, "n": 1, "k": 1}}
     for body in ({"queries": []}, {"queries": [one] * 1025}, {"queries": [{**one, "x": 1}]}):
