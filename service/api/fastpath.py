@@ -9,7 +9,8 @@ middleware, in front of FastAPI:
 
 - passes everything to FastAPI on a miss: the route validates, looks up and answers as
   always (422s, 404s, 401s and their bodies are FastAPI's own, never cached), and its 200
-  answer (body and ETag) is kept, keyed by the raw query string;
+  answer (body and ETag) is kept, keyed by the query string with its parameters sorted
+  (a 200 answer does not depend on their order; anything else is never kept);
 - replays a kept answer on a hit through :func:`service.api.caching.conditional_answer`,
   the function the route itself answers with, so bodies, statuses and headers (304 too)
   are the same bytes;
@@ -45,13 +46,17 @@ LOOKUP_PATH = "/v1/configs/best"
 MAX_CACHED = 50_000
 
 
+def _normalised(query_string: bytes) -> bytes:
+    return b"&".join(sorted(query_string.split(b"&")))
+
+
 class _Answers:
     """Kept answers valid for one value of the change signal."""
 
     def __init__(self) -> None:
         self.version: object = None
         self.since = 0.0  # monotonic time the signal was first seen at this version
-        # raw query string -> (body, etag, monotonic time kept)
+        # normalised query string -> (body, etag, monotonic time kept)
         self.entries: dict[bytes, tuple[bytes, str, float]] = {}
 
     def at(self, version: object) -> None:
@@ -95,7 +100,7 @@ class CachedLookupMiddleware:
             return
         answers = self.answers
         answers.at(version)
-        key: bytes = scope["query_string"]
+        key = _normalised(scope["query_string"])
         kept = answers.entries.get(key)
         if kept is not None and self.route is not None:
             body, etag, kept_at = kept

@@ -88,6 +88,17 @@ def test_a_cached_answer_is_the_routes_answer_byte_for_byte(api: Any) -> None:
         _same(first, second)
 
 
+def test_the_same_query_in_another_parameter_order_is_the_same_answer(api: Any) -> None:
+    _seed(api)
+    first = api.client.get("/v1/configs/best?op=gemm&dtype=f16&m=256&n=256&k=256")
+    with _statements(api) as cached:
+        second = api.client.get("/v1/configs/best?k=256&n=256&m=256&dtype=f16&op=gemm")
+    assert first.status_code == 200 and (not cached or not _on_sqlite(api))
+    _same(first, second)
+    repeated = api.client.get("/v1/configs/best?op=gemm&dtype=f16&m=256&n=256&k=256&m=256")
+    assert repeated.status_code == 422  # a repeated dim is the route's error, never kept
+
+
 def test_errors_and_not_found_are_the_routes_and_never_kept(api: Any) -> None:
     _seed(api)
     bad = [
