@@ -17,8 +17,11 @@ middleware, in front of FastAPI:
 - drops every kept answer when the database's change signal moves
   (:class:`service.store.freshness.ChangeSignal`: one PRAGMA or one cheap query per
   lookup), so a write committed by any process is seen by the next lookup;
-- never answers a request that carries a token or needs one (``read_token_required``):
-  those go to FastAPI, which checks the token as before.
+- tokens stay the route's to check: a request that needs one (``read_token_required``)
+  and sends none, or sends an ``Authorization`` that is not a bearer token, always goes to
+  the route; a bearer token is answered from the cache only once the route has answered a
+  read with it since the last commit (a revocation is a commit, so it empties what the
+  route accepted with the rest).
 
 On PostgreSQL the route's nearest-shape index may miss rows committed out of id order until
 its recount (at most best_index.RECOUNT_SECONDS after the last one), so an answer kept within
@@ -36,6 +39,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.caching import conditional_answer
+from service.api.deps import bearer_credentials
 from service.store.best_index import RECOUNT_SECONDS
 from service.store.freshness import ChangeSignal
 
@@ -58,10 +62,13 @@ class _Answers:
         self.since = 0.0  # monotonic time the signal was first seen at this version
         # normalised query string -> (body, etag, monotonic time kept)
         self.entries: dict[bytes, tuple[bytes, str, float]] = {}
+        # Authorization header values the route accepted for a read at this version
+        self.readers: set[str] = set()
 
     def at(self, version: object) -> None:
         if version != self.version:
             self.entries = {}
+            self.readers = set()
             self.version = version
             self.since = time.monotonic()
 
@@ -78,21 +85,23 @@ class CachedLookupMiddleware:
         self.route: Any = None  # the route object, for the metrics' route label on a hit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["path"] != LOOKUP_PATH
-            or scope["method"] != "GET"
-            or self.app_ref.state.settings.read_token_required
-        ):
+        if scope["type"] != "http" or scope["path"] != LOOKUP_PATH or scope["method"] != "GET":
             await self.app(scope, receive, send)
             return
         if_none_match: str | None = None
+        authorization: str | None = None
         for name, value in scope["headers"]:
-            if name == b"authorization":
-                await self.app(scope, receive, send)  # a token is checked by the route
-                return
             if name == b"if-none-match" and if_none_match is None:
                 if_none_match = value.decode("latin-1")
+            elif name == b"authorization" and authorization is None:
+                authorization = value.decode("latin-1")
+        if (
+            bearer_credentials(authorization) is None
+            if authorization is not None
+            else self.app_ref.state.settings.read_token_required
+        ):
+            await self.app(scope, receive, send)  # the route answers 401 (or an open read)
+            return
         try:
             version = self.signal.current()
         except Exception:  # the database is unreachable: the route answers that as always
@@ -102,14 +111,15 @@ class CachedLookupMiddleware:
         answers.at(version)
         key = _normalised(scope["query_string"])
         kept = answers.entries.get(key)
-        if kept is not None and self.route is not None:
+        trusted = authorization is None or authorization in answers.readers
+        if kept is not None and trusted and self.route is not None:
             body, etag, kept_at = kept
             if self._valid(kept_at):
                 scope["route"] = self.route
                 response = conditional_answer(if_none_match, body, etag)
                 await response(scope, receive, send)
                 return
-        await self._miss(scope, receive, send, key, version)
+        await self._miss(scope, receive, send, key, version, authorization)
 
     def _valid(self, kept_at: float) -> bool:
         if self.max_age is None:  # SQLite commits in id order: the index is never behind
@@ -118,7 +128,13 @@ class CachedLookupMiddleware:
         return settled or time.monotonic() - kept_at < self.max_age
 
     async def _miss(
-        self, scope: Scope, receive: Receive, send: Send, key: bytes, version: object
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        key: bytes,
+        version: object,
+        authorization: str | None,
     ) -> None:
         status = 0
         etag: str | None = None
@@ -140,6 +156,10 @@ class CachedLookupMiddleware:
         # (a write committed meanwhile moved the signal: the next lookup starts over)
         if status != 200 or etag is None or self.answers.version != version:
             return
+        if authorization is not None:  # the route checked this token and answered
+            if len(self.answers.readers) >= MAX_CACHED:
+                self.answers.readers = set()
+            self.answers.readers.add(authorization)
         self.route = scope.get("route", self.route)
         if len(self.answers.entries) >= MAX_CACHED:
             self.answers.entries = {}

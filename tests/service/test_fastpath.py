@@ -11,9 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, update
 
 from service.api.fastpath import CachedLookupMiddleware
+from service.store.models import ApiToken
 from tests.service.test_lookup_index import H200, NEW_TC, _store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -136,6 +137,18 @@ def test_tokens_are_checked_by_the_route_even_when_an_answer_is_kept(api: Any) -
     assert api.best(**EXACT).status_code == 401
     read = api.client.get("/v1/configs/best", params=EXACT, headers=api.harness.read)
     assert read.status_code == 200 and read.json()["variant_name"] == "a"
+    with _statements(api) as cached:  # the route accepted this token: now a kept answer
+        again = api.client.get("/v1/configs/best", params=EXACT, headers=api.harness.read)
+    _same(read, again)
+    assert not cached or not _on_sqlite(api)
+    for other in ({"Authorization": "Basic dXNlcjpwYXNz"}, {"Authorization": "Bearer"}, bad):
+        refused = api.client.get("/v1/configs/best", params=EXACT, headers=other)
+        assert refused.status_code == 401, other
+    with api.harness.sessionmaker() as session:  # revoked: a commit, so the route decides
+        session.execute(update(ApiToken).values(revoked=True))
+        session.commit()
+    revoked = api.client.get("/v1/configs/best", params=EXACT, headers=api.harness.read)
+    assert revoked.status_code == 401
 
 
 def test_a_write_from_another_process_is_seen_by_the_next_lookup(api: Any) -> None:
