@@ -26,10 +26,12 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-__all__ = ["ChangeSignal"]
+__all__ = ["CONNECT_TIMEOUT_S", "ChangeSignal"]
 
 _SQLITE_QUERY = "PRAGMA data_version"
 _PG_QUERY = "SELECT pg_current_snapshot()::text"
+#: seconds to wait for a PostgreSQL connection before the lookup goes to the route instead
+CONNECT_TIMEOUT_S = 2
 
 
 class ChangeSignal:
@@ -50,8 +52,9 @@ class ChangeSignal:
         import psycopg  # only where PostgreSQL is used
 
         conninfo = self._url.set(drivername="postgresql").render_as_string(hide_password=False)
-        # autocommit: an open transaction would pin the snapshot it is meant to watch
-        return psycopg.connect(conninfo, autocommit=True)
+        # autocommit: an open transaction would pin the snapshot it is meant to watch; a
+        # short connect timeout, since a lookup waits for it (then the route answers)
+        return psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
 
     def current(self) -> object:
         """A token that changes whenever a write was committed since the last one."""
