@@ -409,7 +409,8 @@ def render(results: list[dict], meta: dict) -> str:
             )
     lines += [
         "",
-        f"## Batch (`POST /v1/configs/query`, {BATCH} problems: 800 exact, 200 nearest)",
+        f"## Batch (`POST /v1/configs/query`, {BATCH} problems: up to {BATCH * 4 // 5} "
+        "exact, as many as are stored, the rest nearest)",
         "",
         "| database | best configs | median ms | min ms | max ms |",
         "|---|---:|---:|---:|---:|",

@@ -58,6 +58,18 @@ def _check_dim(name: str, value: Any, *, minimum: int = 1) -> int:
     return value
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    # dataclasses.fields() rebuilds its tuple on every call: a third of the lookup batch's
+    # per-problem Python work went there (docs/benchmarks/load.md)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 @dataclass(frozen=True)
 class Problem:
     """Base of the per-op problems. ``key()`` is the canonical text the database indexes."""
@@ -81,7 +93,7 @@ class Problem:
 
     def dims(self) -> dict[str, Any]:
         """Every field, ints and enums, in canonical order."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {name: getattr(self, name) for name in _field_names(type(self))}
 
     def int_dims(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.dim_names}
@@ -229,7 +241,7 @@ def problem_from_dict(op: str, fields: dict[str, Any]) -> Problem:
     cls = PROBLEM_TYPES.get(op)
     if cls is None:
         raise InvalidRequestError("op", f"unknown op {op!r}; one of {OPS}")
-    known = {f.name for f in dataclasses.fields(cls)}
+    known = set(_field_names(cls))
     extra = sorted(set(fields) - known)
     if extra:
         raise InvalidRequestError(extra[0], f"unknown field for op {op}")

@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from service.api import ui
 from service.api.errors import install_error_handlers
+from service.api.fastpath import CachedLookupMiddleware
 from service.api.limits import IMPORT_PATH, BodyLimitMiddleware
 from service.api.metrics import install_metrics
 from service.api.openapi import install_openapi
@@ -33,6 +34,7 @@ from service.api.routes import (
 from service.errors import DatabaseNotMigrated
 from service.settings import Settings, get_settings
 from service.store.db import check_revision, make_engine, make_sessionmaker, upgrade
+from service.store.freshness import ChangeSignal
 
 __all__ = ["create_app"]
 
@@ -56,9 +58,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         upgrade(settings.database_url)
         check_revision(engine)
 
+    signal = ChangeSignal(settings.database_url)
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         yield
+        signal.close()
         engine.dispose()
 
     app = FastAPI(
@@ -76,6 +81,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         default=settings.max_body_bytes,
         per_path={IMPORT_PATH: settings.max_import_bytes},
     )
+    # inside the metrics middleware (added below, so outside this), which counts its hits
+    app.add_middleware(CachedLookupMiddleware, app_ref=app, signal=signal)
     for module in (jobs, configs, measurements, workers, leases, tokens, health, client_results):
         app.include_router(module.router)
     install_metrics(app)

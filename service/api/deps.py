@@ -25,6 +25,7 @@ __all__ = [
     "require_read_async",
     "check_read",
     "read_credentials",
+    "bearer_credentials",
 ]
 
 _bearer = HTTPBearer(auto_error=False, description="an API token: `Bearer th_...`")
@@ -85,7 +86,13 @@ def read_credentials(request: Request) -> HTTPAuthorizationCredentials | None:
     # read by hand, not through the HTTPBearer scheme: reads are open by design, so their
     # OpenAPI operations must not declare security (service.api.openapi adds it back when
     # read_token_required is set)
-    scheme, token = get_authorization_scheme_param(request.headers.get("authorization"))
+    return bearer_credentials(request.headers.get("authorization"))
+
+
+def bearer_credentials(authorization: str | None) -> HTTPAuthorizationCredentials | None:
+    """The bearer token of an ``Authorization`` header value, or None (no header, another
+    scheme, no token): what a read checks."""
+    scheme, token = get_authorization_scheme_param(authorization)
     if scheme.lower() != "bearer" or not token:
         return None
     return HTTPAuthorizationCredentials(scheme=scheme, credentials=token)

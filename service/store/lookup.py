@@ -233,12 +233,26 @@ def find_best_many(
 ) -> list[dict[str, Any] | NotFound]:
     """Answers to many lookups, in order (a NotFound where nothing fits), in a constant
     number of statements: the index check, one query for every exact key and one by id for
-    every nearest answer."""
+    every nearest answer. A query asked more than once (a model's repeated layers) is
+    answered once, and each asker gets its own copy of the answer."""
+    unique = list(dict.fromkeys(queries))
+    if len(unique) < len(queries):
+        answered = dict(zip(unique, _find_many(session, unique), strict=True))
+        return [_copy(answered[q]) for q in queries]
+    return _find_many(session, queries)
+
+
+def _copy(answer: dict[str, Any] | NotFound) -> dict[str, Any] | NotFound:
+    return answer if isinstance(answer, NotFound) else dict(answer)
+
+
+def _find_many(session: Session, queries: Sequence[LookupQuery]) -> list[dict[str, Any] | NotFound]:
     snapshot = best_index_for(_engine(session)).fresh(session)
     pairs = [_pairs(snapshot, q) for q in queries]
+    keys = [q.problem.key() for q in queries]  # once each: the batch's per-problem work adds up
     wanted = {
-        (q.op, q.dtype, q.layout, q.problem.key(), d, t)
-        for q, allowed in zip(queries, pairs, strict=True)
+        (q.op, q.dtype, q.layout, key, d, t)
+        for q, key, allowed in zip(queries, keys, pairs, strict=True)
         for d, t in allowed
     }
     exact: dict[tuple[str, str, str, str], list[Row[Any]]] = {}
@@ -257,8 +271,8 @@ def find_best_many(
                 exact.setdefault((r.op, r.dtype, r.layout, r.problem_key), []).append(r)
     exact_rows: list[list[Row[Any]]] = []
     near_ids: list[list[int]] = []
-    for query, allowed in zip(queries, pairs, strict=True):
-        candidates = exact.get((query.op, query.dtype, query.layout, query.problem.key()), [])
+    for query, key, allowed in zip(queries, keys, pairs, strict=True):
+        candidates = exact.get((query.op, query.dtype, query.layout, key), [])
         chosen = [r for r in candidates if (r.device_id, r.toolchain_id) in allowed]
         exact_rows.append(chosen)
         near_ids.append(

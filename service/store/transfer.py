@@ -5,6 +5,11 @@ Merge rule on import: per key (op, dtype, layout, problem, device, toolchain) th
 verified median wins, and the row already stored stays unless the imported one is more than
 TIE_BAND (2%) faster (the same rule as re-tuning). Imported measurements are kept as history
 either way. An import is all-or-nothing: any bad line is a 422 and nothing is stored.
+
+``confirmed`` travels with a record (:mod:`service.store.confirm`): an imported record that
+becomes the stored winner is confirmed as the exporting service said (an import is an admin's
+act, like the upload of a second worker); a record that does not win changes nothing. Lines
+written before the field existed import as not confirmed.
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ class ExportRecord(RequestModel):
     toolchain: ToolchainIn
     variant: VariantRecord
     measurement: MeasurementRecord
+    #: the winner was re-measured by a second worker on the exporting service
+    confirmed: bool = False
 
 
 def export_lines(session: Session) -> Iterator[str]:
@@ -86,6 +93,7 @@ def export_lines(session: Session) -> Iterator[str]:
             "device": device_fields,
             "toolchain": toolchain_fields,
             "variant": {"id": variant.id, "name": variant.name, "params": variant.params},
+            "confirmed": best.confirmed,
             "measurement": {
                 "outcome": m.outcome,
                 "median_us": m.median_us,
@@ -151,5 +159,11 @@ def import_lines(session: Session, text: str) -> dict[str, int]:
         )
         session.add(measurement)
         session.flush()
-        counts[upsert_best(session, measurement)] += 1
+        outcome = upsert_best(session, measurement)
+        counts[outcome] += 1
+        if outcome != "kept" and record.confirmed:
+            best = session.scalars(
+                select(BestConfig).where(BestConfig.measurement_id == measurement.id)
+            ).one()
+            best.confirmed = True
     return counts

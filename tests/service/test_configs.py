@@ -6,6 +6,10 @@ import json
 import math
 from typing import Any
 
+from sqlalchemy import update
+
+from service.store.models import BestConfig
+
 NEW_TOOLCHAIN = {"compiler": "nvcc 13.1", "template_version": "def456", "libraries": {}}
 GEMM = {"op": "gemm", "dtype": "f16"}
 
@@ -140,6 +144,25 @@ def test_batch_query_answers_in_order(api: Any) -> None:
     assert results[4]["result"] is None and "layout" in results[4]["error"]
 
 
+def test_batch_query_answers_repeated_queries_like_single_ones(api: Any) -> None:
+    _tune_gemm(api, (128, 128, 128), "a", 5.0)
+    exact = {**GEMM, "problem": {"m": 128, "n": 128, "k": 128}}
+    near = {**GEMM, "problem": {"m": 256, "n": 128, "k": 128}}
+    missing = {"op": "softmax", "dtype": "f16", "problem": {"m": 8, "k": 8}}
+    queries = [exact, near, missing, exact, near, missing, exact]
+    response = api.client.post("/v1/configs/query", json={"queries": queries})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    alone = [
+        api.client.post("/v1/configs/query", json={"queries": [q]}).json()["results"][0]
+        for q in queries
+    ]
+    assert results == alone
+    assert [r["result"] and r["result"]["exact"] for r in results] == [
+        True, False, None, True, False, None, True
+    ]  # fmt: skip
+
+
 def test_batch_query_limits(api: Any) -> None:
     one = {**GEMM, "problem": {"m": 1, "n": 1, "k": 1}}
     for body in ({"queries": []}, {"queries": [one] * 1025}, {"queries": [{**one, "x": 1}]}):
@@ -193,3 +216,43 @@ def test_import_needs_admin_and_refuses_bad_lines_whole(api: Any) -> None:
     assert garbage.status_code == 422
     forbidden = api.client.post("/v1/import", content=text, headers=api.harness.worker)
     assert forbidden.status_code == 403
+
+
+def test_export_and_import_carry_confirmed(api: Any) -> None:
+    _tune_gemm(api, (128, 128, 128), "a", 10.0)
+    with api.harness.sessionmaker() as session:  # as if a second worker had re-measured it
+        session.execute(update(BestConfig).values(confirmed=True))
+        session.commit()
+    line = json.loads(api.client.get("/v1/export").text.splitlines()[0])
+    assert line["confirmed"] is True
+
+    def post(record: dict[str, Any]) -> Any:
+        response = api.client.post(
+            "/v1/import", content=json.dumps(record) + "\n", headers=api.harness.admin
+        )
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def best(device: str) -> dict[str, Any]:
+        answer = api.best(**GEMM, device=device, m=128, n=128, k=128)
+        assert answer.status_code == 200, answer.text
+        return dict(answer.json())
+
+    elsewhere = json.loads(json.dumps(line))  # a new key: stored confirmed, as exported
+    elsewhere["device"]["name"] = "NVIDIA H100"
+    assert post(elsewhere)["inserted"] == 1 and best("H100")["confirmed"] is True
+    unconfirmed = json.loads(json.dumps(line))  # a faster winner the exporter never confirmed
+    unconfirmed["variant"] = {"id": "sha-b", "name": "b", "params": {}}
+    unconfirmed["measurement"]["median_us"] = 5.0
+    unconfirmed["confirmed"] = False
+    assert post(unconfirmed)["replaced"] == 1
+    assert best("H200")["variant_name"] == "b" and best("H200")["confirmed"] is False
+    old = json.loads(json.dumps(line))  # an older export has no field: not confirmed
+    del old["confirmed"]
+    old["device"]["name"] = "NVIDIA B200"
+    assert post(old)["inserted"] == 1 and best("B200")["confirmed"] is False
+    slower = json.loads(json.dumps(line))  # a confirmed record that does not win: no change
+    slower["variant"] = {"id": "sha-c", "name": "c", "params": {}}
+    slower["measurement"]["median_us"] = 50.0
+    assert post(slower)["kept"] == 1
+    assert best("H200")["variant_name"] == "b" and best("H200")["confirmed"] is False

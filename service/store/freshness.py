@@ -1,0 +1,83 @@
+"""A cheap signal that the database changed, seen across processes.
+
+    signal = ChangeSignal(url)
+    token = signal.current()    # equal tokens: no write was committed in between
+    signal.close()
+
+Read on a dedicated raw driver connection (no SQLAlchemy machinery: the check runs on every
+cached lookup and must cost microseconds):
+
+- SQLite: ``PRAGMA data_version``, which changes whenever another connection (of this
+  process or any other) commits to the file. This connection never writes, so every commit
+  anywhere is seen.
+- PostgreSQL: the text of ``pg_current_snapshot()`` (xmin, xmax and the transactions in
+  progress), which changes whenever any write transaction starts or commits. It covers the
+  whole server, so writes to other databases also count as changes (conservative, never
+  stale).
+
+A token says "something may have changed", never what: callers drop everything they derived.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+__all__ = ["CONNECT_TIMEOUT_S", "ChangeSignal"]
+
+_SQLITE_QUERY = "PRAGMA data_version"
+_PG_QUERY = "SELECT pg_current_snapshot()::text"
+#: seconds to wait for a PostgreSQL connection before the lookup goes to the route instead
+CONNECT_TIMEOUT_S = 2
+
+
+class ChangeSignal:
+    """One lazily opened connection per process; thread-safe (a lock around the one query)."""
+
+    def __init__(self, url: str) -> None:
+        self._url = make_url(url)
+        self.is_sqlite = self._url.get_backend_name() == "sqlite"
+        self._connection: Any = None
+        self._lock = threading.Lock()
+
+    def _connect(self) -> Any:
+        if self.is_sqlite:
+            # autocommit (isolation_level=None): a PRAGMA read must never hold a transaction
+            return sqlite3.connect(
+                self._url.database or ":memory:", check_same_thread=False, isolation_level=None
+            )
+        import psycopg  # only where PostgreSQL is used
+
+        conninfo = self._url.set(drivername="postgresql").render_as_string(hide_password=False)
+        # autocommit: an open transaction would pin the snapshot it is meant to watch; a
+        # short connect timeout, since a lookup waits for it (then the route answers)
+        return psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+
+    def current(self) -> object:
+        """A token that changes whenever a write was committed since the last one."""
+        with self._lock:
+            if self._connection is None:
+                self._connection = self._connect()
+            try:
+                row = self._connection.execute(
+                    _SQLITE_QUERY if self.is_sqlite else _PG_QUERY
+                ).fetchone()
+            except Exception:
+                # a broken connection (server restart): reopen on the next call, fail this one
+                self._close_locked()
+                raise
+            return row[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_locked()
+
+    def _close_locked(self) -> None:
+        if self._connection is not None:
+            try:
+                self._connection.close()
+            finally:
+                self._connection = None
