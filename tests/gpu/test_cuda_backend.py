@@ -3,12 +3,15 @@
     python3 -m pytest --noconftest -o addopts= -m gpu tests/gpu/test_cuda_backend.py
 
 ``--noconftest``: the GPU host has torch but not the service's dependencies. Each test builds
-its kernels with the host's nvcc into a temporary cache.
+its kernels with the host's nvcc into a temporary cache, or into ``TUNEHUB_GPU_TEST_CACHE``
+when set (a cache precompiled elsewhere with the same nvcc, so that device time is not spent
+compiling).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -33,7 +36,7 @@ ABI = (TEMPLATES_DIR / "cuda" / "_tunehub_abi.cuh").read_text()
 @pytest.fixture
 def backend(tmp_path: Path) -> Iterator[CudaBackend]:
     config = EngineConfig(
-        cache_dir=str(tmp_path / "cache"),
+        cache_dir=os.environ.get("TUNEHUB_GPU_TEST_CACHE") or str(tmp_path / "cache"),
         run_timeout_s=20.0,
         bench_seconds=0.02,
         warmup_seconds=0.01,
@@ -176,7 +179,7 @@ def test_fault_is_reported_and_the_harness_recovers(backend: CudaBackend) -> Non
 
 def test_hang_times_out_and_the_harness_recovers(tmp_path: Path) -> None:
     config = EngineConfig(
-        cache_dir=str(tmp_path / "cache"),
+        cache_dir=os.environ.get("TUNEHUB_GPU_TEST_CACHE") or str(tmp_path / "cache"),
         run_timeout_s=4.0,
         bench_seconds=0.02,
         warmup_seconds=0.01,
@@ -203,6 +206,42 @@ def test_hang_times_out_and_the_harness_recovers(tmp_path: Path) -> None:
         assert backend.run(good, good_artifact, request).outcome is Outcome.OK
     finally:
         backend.close()
+
+
+#: split rows (a cluster of CTAs per row, sm_90): odd and misaligned rows, a row longer than
+#: one CTA's registers or shared memory, and rows so short that some CTAs hold no pack
+SPLIT_ROW_CASES = [
+    (
+        "softmax",
+        {"m": 3, "k": 151937},
+        {"pack": 8, "strategy": "cluster", "group": 8, "threads": 512, "mode": "reg"},
+    ),
+    (
+        "softmax",
+        {"m": 67, "k": 50257},
+        {"pack": 8, "strategy": "cluster", "group": 4, "threads": 256, "mode": "reg"},
+    ),
+    (
+        "softmax",
+        {"m": 5, "k": 21},
+        {"pack": 8, "strategy": "cluster", "group": 8, "threads": 128, "mode": "reg"},
+    ),
+    (
+        "reduce",
+        {"m": 3, "k": 128257, "kind": "sum"},
+        {"pack": 8, "strategy": "cluster", "group": 8, "threads": 256},
+    ),
+    (
+        "reduce",
+        {"m": 9, "k": 1009, "kind": "max"},
+        {"pack": 4, "strategy": "cluster", "group": 2, "threads": 128},
+    ),
+    (
+        "reduce",
+        {"m": 4, "k": 21, "kind": "mean"},
+        {"pack": 8, "strategy": "cluster", "group": 8, "threads": 128},
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -239,6 +278,7 @@ def test_hang_times_out_and_the_harness_recovers(tmp_path: Path) -> None:
             {"m": 3, "k": 5},  # shorter than one pack: head and tail only
             {"pack": 8, "strategy": "group", "group": 2, "threads": 128, "mode": "reg"},
         ),
+        *SPLIT_ROW_CASES,
     ],
 )
 def test_any_k_vector_variants_verify(
