@@ -126,6 +126,8 @@ def phase_tune(
                     "outcomes": outcomes,
                     "winner": win.variant_name if win else None,
                     "winner_tuned_us": win.timing.median_us if win and win.timing else None,
+                    # every verified candidate's median (what the order put within the cap)
+                    "candidates_us": first_us,
                     "second_winner": again.variant_name if again else None,
                     "stable": stable,
                     "artifact": str(hit.artifact) if hit and hit.artifact else None,

@@ -46,6 +46,22 @@ def backend(tmp_path: Path) -> Iterator[CudaBackend]:
     cuda.close()
 
 
+@pytest.fixture(scope="module")
+def rows_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CudaBackend]:
+    """One harness for the row-kernel cases below (a harness start costs seconds of device
+    time each)."""
+    config = EngineConfig(
+        cache_dir=os.environ.get("TUNEHUB_GPU_TEST_CACHE")
+        or str(tmp_path_factory.mktemp("rows") / "cache"),
+        run_timeout_s=20.0,
+        bench_seconds=0.02,
+        warmup_seconds=0.01,
+    )
+    cuda = CudaBackend(config, harness_python=sys.executable)
+    yield cuda
+    cuda.close()
+
+
 def _request(op: str, dtype: str, dims: dict) -> TuneRequest:
     problem = ReduceProblem(**dims) if op == "reduce" else SoftmaxProblem(**dims)
     return TuneRequest(op=op, dtype=dtype, layout="row", problem=problem, backend="cuda")
@@ -209,7 +225,8 @@ def test_hang_times_out_and_the_harness_recovers(tmp_path: Path) -> None:
 
 
 #: split rows (a cluster of CTAs per row, sm_90): odd and misaligned rows, a row longer than
-#: one CTA's registers or shared memory, and rows so short that some CTAs hold no pack
+#: one CTA's registers or shared memory, and rows so short that some CTAs hold no pack; then the
+#: streamed and pipelined single-CTA modes
 SPLIT_ROW_CASES = [
     (
         "softmax",
@@ -240,6 +257,18 @@ SPLIT_ROW_CASES = [
         "reduce",
         {"m": 4, "k": 21, "kind": "mean"},
         {"pack": 8, "strategy": "cluster", "group": 8, "threads": 128},
+    ),
+    # short rows streamed (persistent grid, next row prefetched; more rows than groups), and
+    # rows in two pipelined shared-memory buffers (more rows than resident blocks)
+    (
+        "softmax",
+        {"m": 70001, "k": 1009},
+        {"pack": 8, "strategy": "group", "group": 16, "threads": 256, "mode": "stream"},
+    ),
+    (
+        "softmax",
+        {"m": 1031, "k": 32003},
+        {"pack": 8, "strategy": "block", "group": 512, "threads": 512, "mode": "pipe"},
     ),
 ]
 
@@ -282,8 +311,8 @@ SPLIT_ROW_CASES = [
     ],
 )
 def test_any_k_vector_variants_verify(
-    backend: CudaBackend, op: str, dims: dict, params: dict
+    rows_backend: CudaBackend, op: str, dims: dict, params: dict
 ) -> None:
-    variant = _space_variant(backend, op, "f16", params)
-    result = backend.run(variant, _build(backend, variant), _request(op, "f16", dims))
+    variant = _space_variant(rows_backend, op, "f16", params)
+    result = rows_backend.run(variant, _build(rows_backend, variant), _request(op, "f16", dims))
     assert result.outcome is Outcome.OK, result.log

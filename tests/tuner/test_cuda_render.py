@@ -331,3 +331,19 @@ def test_many_rows_put_split_rows_after_the_one_cta_mappings() -> None:
     pack8 = [p for p in space.order(kept, problem, "f16", "row") if p["pack"] == 8]
     strategies = [p["strategy"] for p in pack8]
     assert "cluster" not in strategies[: strategies.index("block") + 1]
+
+
+def test_pipelined_and_streamed_softmax_modes() -> None:
+    space = CudaSoftmaxSpace()
+    pipe = {"pack": 8, "strategy": "block", "group": 512, "threads": 512, "mode": "pipe"}
+    # two buffers of a 50k-entry f16 row fit in 227 KB, two of a 64k-entry row do not
+    assert space.prune(pipe, SoftmaxProblem(m=4, k=50257), "f16", "row") is None
+    assert "shared memory" in (space.prune(pipe, SoftmaxProblem(m=4, k=65536), "f16", "row") or "")
+    params = list(space.enumerate("f16", "row", "sm_90"))
+    pipes = [p for p in params if p["mode"] == "pipe"]
+    assert pipes and all(p["strategy"] == "block" and p["pack"] == 8 for p in pipes)
+    streams = [p for p in params if p["mode"] == "stream"]
+    assert streams and {p["strategy"] for p in streams} == {"group", "warp"}
+    source = render(space, pipe)
+    assert "cp.async.cg.shared.global" in source and "softmax_pipelined" in source
+    assert "softmax_streamed" in render(space, streams[0])

@@ -7,8 +7,11 @@ and warp mappings: short rows) is "reg" on a persistent grid that loads each gro
 before it finishes the current one, so short rows keep bytes in flight. "smem" (a block
 per row) keeps the row in dynamic shared memory, opted in past 48 KB, and runs while the row
 fits in ``SMEM_OPTIN_BYTES``: one read, one write for rows too long for registers (a 50k-entry
-f16 vocabulary row is 100 KB). "2pass" reads the row twice (an online max/sum pass, then the
-normalising pass) and runs for any k; it is offered for the warp and block mappings only, since
+f16 vocabulary row is 100 KB). "pipe" (a block per row, 16-byte packs) is "smem" on a persistent
+grid with two row buffers: the next row is copied in (cp.async) while the current one is
+finished, so reads and writes overlap; it runs while two rows fit (K up to ~58k in f16).
+"2pass" reads the row twice (an online max/sum pass, then the normalising pass) and runs for
+any k; it is offered for the warp and block mappings only, since
 long rows are where it matters. The split-row ("cluster") mapping runs in "reg" mode only: a
 cluster of 2-8 CTAs holds one row in registers and exchanges (max, sum) pairs through
 distributed shared memory, so rows up to 262,144 f16 elements are read once, by CTAs small
@@ -46,7 +49,7 @@ __all__ = [
     "REG_MODES",
 ]
 
-MODES = ("reg", "stream", "smem", "2pass")
+MODES = ("reg", "stream", "pipe", "smem", "2pass")
 #: modes that hold the row in registers (``max_values`` per thread)
 REG_MODES = ("reg", "stream")
 #: dynamic shared memory one block may opt in to on sm_90 (227 KB; sm_80 parts refuse larger
@@ -110,7 +113,9 @@ class CudaSoftmaxSpace(VariantSpace):
                 for strategy, group, threads in row_mappings(arch):
                     if mode == "2pass" and strategy == "group":
                         continue
-                    if mode == "smem" and strategy != "block":
+                    if mode in ("smem", "pipe") and strategy != "block":
+                        continue
+                    if mode == "pipe" and pack * ELEMENT_SIZE[dtype] != 16:
                         continue
                     if mode != "reg" and strategy == "cluster":
                         continue
@@ -129,8 +134,9 @@ class CudaSoftmaxSpace(VariantSpace):
         if reason is not None or params["mode"] == "2pass":
             return reason
         k = int(getattr(problem, "k"))  # noqa: B009
-        if params["mode"] == "smem":
-            need = smem_bytes(k, int(params["pack"]), dtype)
+        if params["mode"] in ("smem", "pipe"):
+            buffers = 2 if params["mode"] == "pipe" else 1
+            need = buffers * smem_bytes(k, int(params["pack"]), dtype)
             if need > SMEM_OPTIN_BYTES:
                 return f"k={k} needs {need} bytes of shared memory (at most {SMEM_OPTIN_BYTES})"
             return None
@@ -147,17 +153,21 @@ class CudaSoftmaxSpace(VariantSpace):
         self, candidates: list[Params], problem: Problem, dtype: str, layout: str
     ) -> list[Params]:
         """Widest pack first. Within a pack: with few rows the split rows (most CTAs first);
-        then rows in registers at a light register load, rows in shared memory, rows in
-        registers at a heavy load (one CTA per SM), two passes last."""
+        then rows in registers of one CTA at a light register load, rows in shared memory
+        (pipelined first), split rows (many rows), rows in registers at a heavy load (one CTA
+        per SM), two passes last. (On the H200, run 3's probe: split rows lose to a CTA per row
+        when rows are many: a cluster reads its row in one burst, then waits on its peers.)"""
         m, k = int(getattr(problem, "m")), int(getattr(problem, "k"))  # noqa: B009
 
         def rank(p: Params) -> tuple[int, int, int, int]:
             split = split_rank(p, m)
-            first = 0 if p["strategy"] == "cluster" and m <= FEW_ROWS else 1
+            cluster = p["strategy"] == "cluster"
+            first = 0 if cluster and m <= FEW_ROWS else 1
             if p["mode"] in REG_MODES:
-                weight = 0 if reg_values(p, k) <= _LIGHT_REG_VALUES else 2
+                light = reg_values(p, k) <= _LIGHT_REG_VALUES
+                weight = (2 if cluster and first else 0) if light else 3
             else:
-                weight = 1 if p["mode"] == "smem" else 3
+                weight = 1 if p["mode"] in ("pipe", "smem") else 4
             return first, weight, split, MODES.index(p["mode"])
 
         ranked = [{**p, "_rank": rank(p)} for p in candidates]
