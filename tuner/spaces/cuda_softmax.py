@@ -155,8 +155,9 @@ class CudaSoftmaxSpace(VariantSpace):
         """Widest pack first. Within a pack: with few rows the split rows (most CTAs first);
         then rows in registers of one CTA at a light register load, rows in shared memory
         (pipelined first), split rows (many rows), rows in registers at a heavy load (one CTA
-        per SM), two passes last. (On the H200, run 3's probe: split rows lose to a CTA per row
-        when rows are many: a cluster reads its row in one burst, then waits on its peers.)"""
+        per SM), two passes last. (On the H200, run 4 and its probe: split rows lose to a CTA
+        per row when rows are many: a cluster reads its row in one burst, then waits on its
+        peers.)"""
         m, k = int(getattr(problem, "m")), int(getattr(problem, "k"))  # noqa: B009
 
         def rank(p: Params) -> tuple[int, int, int, int]:
