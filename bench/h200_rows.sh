@@ -13,9 +13,11 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
   --format=csv > "$out/nvidia-smi.txt" 2>&1
 timeout "${ROWS_SECONDS:-380}" python3 bench/rows_sweep.py --out "$out/h200-rows" \
-  --max-seconds "${ROWS_TUNE_SECONDS:-230}" 2>&1 | tee "$out/rows.log" | grep -vE "^\s*$" | tail -80
+  --max-seconds "${ROWS_TUNE_SECONDS:-230}" ${ROWS_ARGS:-} 2>&1 | tee "$out/rows.log" | grep -vE "^\s*$" | tail -80
 if [ "${RUN_GPU_TESTS:-0}" = 1 ]; then
-  timeout "${GPU_TEST_SECONDS:-90}" python3 -m pytest --noconftest -o addopts= -q -m gpu \
-    tests/gpu -k "any_k" > "$out/gpu-tests.log" 2>&1
+  # TUNEHUB_GPU_TEST_CACHE: the carried cache holds the tests' variants too (precompiled)
+  TUNEHUB_GPU_TEST_CACHE=${TUNEHUB_GPU_TEST_CACHE:-} timeout "${GPU_TEST_SECONDS:-90}" \
+    python3 -m pytest --noconftest -o addopts= -q -m gpu tests/gpu -k "any_k" \
+    > "$out/gpu-tests.log" 2>&1
   tail -5 "$out/gpu-tests.log"
 fi

@@ -78,12 +78,24 @@ def _tune_once(
     return tune(request, backend, config)
 
 
-def phase_tune(config: EngineConfig, deadline: float) -> list[dict[str, Any]]:
+def selected(only: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
+    """The shapes whose ``op:m:k`` label contains one of ``only`` (all when empty): a short
+    probe of a few shapes in one device call."""
+    return [
+        (sweep, op, dims)
+        for sweep, op, dims in shapes()
+        if not only or any(o in f"{op}:{dims['m']}:{dims['k']}" for o in only)
+    ]
+
+
+def phase_tune(
+    config: EngineConfig, deadline: float, only: list[str] | None = None
+) -> list[dict[str, Any]]:
     backend = CudaBackend(config)
     rows: list[dict[str, Any]] = []
     try:
         print(f"device {backend.device().key()}", flush=True)
-        for sweep, op, dims in shapes():
+        for sweep, op, dims in selected(only or []):
             if time.monotonic() > deadline:
                 print(f"[tune] out of time before {op} {dims}", flush=True)
                 break
@@ -114,6 +126,8 @@ def phase_tune(config: EngineConfig, deadline: float) -> list[dict[str, Any]]:
                     "outcomes": outcomes,
                     "winner": win.variant_name if win else None,
                     "winner_tuned_us": win.timing.median_us if win and win.timing else None,
+                    # every verified candidate's median (what the order put within the cap)
+                    "candidates_us": first_us,
                     "second_winner": again.variant_name if again else None,
                     "stable": stable,
                     "artifact": str(hit.artifact) if hit and hit.artifact else None,
@@ -233,6 +247,10 @@ def main() -> int:
     parser.add_argument("--cache-dir", default=".cache/tunehub")
     parser.add_argument("--max-seconds", type=float, default=300, help="tuning phase budget")
     parser.add_argument("--list", action="store_true", help="print the shapes and exit")
+    parser.add_argument(
+        "--only", nargs="*", default=[], help="shapes whose op:m:k contains one of these"
+    )
+    parser.add_argument("--skip-energy", action="store_true", help="no energy pairs")
     args = parser.parse_args()
     if args.list:
         for shape in shapes():
@@ -247,12 +265,13 @@ def main() -> int:
         run_timeout_s=30,
     )
     started = time.monotonic()
-    rows = phase_tune(config, started + args.max_seconds)
+    rows = phase_tune(config, started + args.max_seconds, args.only)
+    energy: list[dict[str, Any]] = []
     try:
-        energy = phase_energy(config)
+        if not args.skip_energy:
+            energy = phase_energy(config)
     except Exception as exc:  # reported, the comparison still runs
         print(f"[energy] failed: {type(exc).__name__}: {exc}", flush=True)
-        energy = []
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rows-tune.json").write_text(json.dumps(rows, indent=1, default=str))
     copy_gbps = vs_vendor.phase_compare(rows)

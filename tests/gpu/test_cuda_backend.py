@@ -3,12 +3,15 @@
     python3 -m pytest --noconftest -o addopts= -m gpu tests/gpu/test_cuda_backend.py
 
 ``--noconftest``: the GPU host has torch but not the service's dependencies. Each test builds
-its kernels with the host's nvcc into a temporary cache.
+its kernels with the host's nvcc into a temporary cache, or into ``TUNEHUB_GPU_TEST_CACHE``
+when set (a cache precompiled elsewhere with the same nvcc, so that device time is not spent
+compiling).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -33,7 +36,23 @@ ABI = (TEMPLATES_DIR / "cuda" / "_tunehub_abi.cuh").read_text()
 @pytest.fixture
 def backend(tmp_path: Path) -> Iterator[CudaBackend]:
     config = EngineConfig(
-        cache_dir=str(tmp_path / "cache"),
+        cache_dir=os.environ.get("TUNEHUB_GPU_TEST_CACHE") or str(tmp_path / "cache"),
+        run_timeout_s=20.0,
+        bench_seconds=0.02,
+        warmup_seconds=0.01,
+    )
+    cuda = CudaBackend(config, harness_python=sys.executable)
+    yield cuda
+    cuda.close()
+
+
+@pytest.fixture(scope="module")
+def rows_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CudaBackend]:
+    """One harness for the row-kernel cases below (a harness start costs seconds of device
+    time each)."""
+    config = EngineConfig(
+        cache_dir=os.environ.get("TUNEHUB_GPU_TEST_CACHE")
+        or str(tmp_path_factory.mktemp("rows") / "cache"),
         run_timeout_s=20.0,
         bench_seconds=0.02,
         warmup_seconds=0.01,
@@ -176,7 +195,7 @@ def test_fault_is_reported_and_the_harness_recovers(backend: CudaBackend) -> Non
 
 def test_hang_times_out_and_the_harness_recovers(tmp_path: Path) -> None:
     config = EngineConfig(
-        cache_dir=str(tmp_path / "cache"),
+        cache_dir=os.environ.get("TUNEHUB_GPU_TEST_CACHE") or str(tmp_path / "cache"),
         run_timeout_s=4.0,
         bench_seconds=0.02,
         warmup_seconds=0.01,
@@ -203,6 +222,55 @@ def test_hang_times_out_and_the_harness_recovers(tmp_path: Path) -> None:
         assert backend.run(good, good_artifact, request).outcome is Outcome.OK
     finally:
         backend.close()
+
+
+#: split rows (a cluster of CTAs per row, sm_90): odd and misaligned rows, a row longer than
+#: one CTA's registers or shared memory, and rows so short that some CTAs hold no pack; then the
+#: streamed and pipelined single-CTA modes
+SPLIT_ROW_CASES = [
+    (
+        "softmax",
+        {"m": 3, "k": 151937},
+        {"pack": 8, "strategy": "cluster", "group": 8, "threads": 512, "mode": "reg"},
+    ),
+    (
+        "softmax",
+        {"m": 67, "k": 50257},
+        {"pack": 8, "strategy": "cluster", "group": 4, "threads": 256, "mode": "reg"},
+    ),
+    (
+        "softmax",
+        {"m": 5, "k": 21},
+        {"pack": 8, "strategy": "cluster", "group": 8, "threads": 128, "mode": "reg"},
+    ),
+    (
+        "reduce",
+        {"m": 3, "k": 128257, "kind": "sum"},
+        {"pack": 8, "strategy": "cluster", "group": 8, "threads": 256},
+    ),
+    (
+        "reduce",
+        {"m": 9, "k": 1009, "kind": "max"},
+        {"pack": 4, "strategy": "cluster", "group": 2, "threads": 128},
+    ),
+    (
+        "reduce",
+        {"m": 4, "k": 21, "kind": "mean"},
+        {"pack": 8, "strategy": "cluster", "group": 8, "threads": 128},
+    ),
+    # short rows streamed (persistent grid, next row prefetched; more rows than groups), and
+    # rows in two pipelined shared-memory buffers (more rows than resident blocks)
+    (
+        "softmax",
+        {"m": 70001, "k": 1009},
+        {"pack": 8, "strategy": "group", "group": 16, "threads": 256, "mode": "stream"},
+    ),
+    (
+        "softmax",
+        {"m": 1031, "k": 32003},
+        {"pack": 8, "strategy": "block", "group": 512, "threads": 512, "mode": "pipe"},
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -239,11 +307,12 @@ def test_hang_times_out_and_the_harness_recovers(tmp_path: Path) -> None:
             {"m": 3, "k": 5},  # shorter than one pack: head and tail only
             {"pack": 8, "strategy": "group", "group": 2, "threads": 128, "mode": "reg"},
         ),
+        *SPLIT_ROW_CASES,
     ],
 )
 def test_any_k_vector_variants_verify(
-    backend: CudaBackend, op: str, dims: dict, params: dict
+    rows_backend: CudaBackend, op: str, dims: dict, params: dict
 ) -> None:
-    variant = _space_variant(backend, op, "f16", params)
-    result = backend.run(variant, _build(backend, variant), _request(op, "f16", dims))
+    variant = _space_variant(rows_backend, op, "f16", params)
+    result = rows_backend.run(variant, _build(rows_backend, variant), _request(op, "f16", dims))
     assert result.outcome is Outcome.OK, result.log

@@ -38,6 +38,24 @@ CASES = [
         "f16",
         {"pack": 8, "strategy": "block", "group": 1024, "threads": 1024, "mode": "smem"},
     ),
+    # split rows: a cluster of CTAs per row, combined through distributed shared memory
+    (CudaReduceSpace(), "bf16", {"pack": 8, "strategy": "cluster", "group": 8, "threads": 256}),
+    (
+        CudaSoftmaxSpace(),
+        "f16",
+        {"pack": 8, "strategy": "cluster", "group": 4, "threads": 512, "mode": "reg"},
+    ),
+    # short rows streamed on a persistent grid; rows in two pipelined shared-memory buffers
+    (
+        CudaSoftmaxSpace(),
+        "bf16",
+        {"pack": 8, "strategy": "warp", "group": 32, "threads": 128, "mode": "stream"},
+    ),
+    (
+        CudaSoftmaxSpace(),
+        "f32",
+        {"pack": 4, "strategy": "block", "group": 512, "threads": 512, "mode": "pipe"},
+    ),
 ]
 
 
@@ -81,6 +99,14 @@ def test_variants_compile_and_export_the_abi(tmp_path: Path) -> None:
         if variant.params.get("mode") == "smem":
             assert lib.tunehub_can_run(*_dims(64, 50257)) == 0
             assert lib.tunehub_can_run(*_dims(64, 151936)) == 3  # TUNEHUB_UNSUPPORTED
+        if variant.params.get("mode") == "pipe":
+            # two f32 rows of 28,000 fit in 227 KB of shared memory, two of 30,000 do not
+            assert lib.tunehub_can_run(*_dims(64, 28000)) == 0
+            assert lib.tunehub_can_run(*_dims(64, 30000)) == 3
+        if variant.params["strategy"] == "cluster" and variant.op == "softmax":
+            # 4 CTAs x 512 threads x 8 packs of 8 in registers: 131072 elements at most
+            assert lib.tunehub_can_run(*_dims(2, 131071)) == 0
+            assert lib.tunehub_can_run(*_dims(2, 131072 + 8 * 4 * 512)) == 3
     again = backend.build(variants)
     assert all(r.cached for r in again.values())
 

@@ -277,3 +277,75 @@ def test_run_without_a_gpu_is_a_runtime_error_not_a_crash(tmp_path: Path) -> Non
         backend.close()
     assert result.outcome is Outcome.RUNTIME_ERROR
     assert "torch" in result.log or "GPU" in result.log
+
+
+def test_split_rows_only_where_clusters_exist() -> None:
+    for space in SPACES:
+        on_hopper = {p["strategy"] for p in space.enumerate("f16", "row", "sm_90")}
+        on_ampere = {p["strategy"] for p in space.enumerate("f16", "row", "sm_80")}
+        assert "cluster" in on_hopper
+        assert "cluster" not in on_ampere
+    params = {"pack": 8, "strategy": "cluster", "group": 4, "threads": 256}
+    assert SPACES[0].name(params, "f16", "row") == "reduce_f16_p8_c4_t256"
+    source = render(SPACES[0], params)
+    assert "__cluster_dims__(kCluster, 1, 1)" in source and "map_shared_rank" in source
+    assert "__cluster_dims__" not in render(SPACES[0], dict(params, strategy="block", group=256))
+
+
+def test_split_row_softmax_holds_long_rows_in_registers() -> None:
+    space = CudaSoftmaxSpace()
+    c8 = {"pack": 8, "strategy": "cluster", "group": 8, "threads": 512, "mode": "reg"}
+    # 8 CTAs x 512 threads x 64 floats: rows up to 262,144 f16 elements read once
+    assert space.prune(c8, SoftmaxProblem(m=4, k=256000), "f16", "row") is None
+    reason = space.prune(c8, SoftmaxProblem(m=4, k=300000), "f16", "row") or ""
+    assert "cluster's registers" in reason
+    assert "idle" in (space.prune(c8, SoftmaxProblem(m=4, k=1009), "f16", "row") or "")
+    names = {space.name(p, "f16", "row") for p in space.enumerate("f16", "row", "sm_90")}
+    assert "softmax_f16_p8_c8_t512_reg" in names
+    assert not any("_c" in n and not n.endswith("_reg") for n in names)
+
+
+@pytest.mark.parametrize("m", [1, 8, 64])
+@pytest.mark.parametrize("op", ["reduce", "softmax"])
+def test_few_rows_reach_split_rows_first(op: str, m: int) -> None:
+    """M <= 64 rows of a vocabulary-sized K cannot fill the SMs one CTA per row: the order puts
+    the split-row variants first, so the default budget (and a capped search) reaches them."""
+    space = CudaReduceSpace() if op == "reduce" else CudaSoftmaxSpace()
+    problem = ReduceProblem(m=m, k=128256) if op == "reduce" else SoftmaxProblem(m=m, k=128256)
+    kept = [
+        p
+        for p in space.enumerate("f16", "row", "sm_90")
+        if space.prune(p, problem, "f16", "row") is None
+    ]
+    ordered = space.order(kept, problem, "f16", "row")
+    assert ordered[0]["strategy"] == "cluster" and ordered[0]["group"] == 8
+    assert sorted(map(str, ordered)) == sorted(map(str, kept))
+
+
+def test_many_rows_put_split_rows_after_the_one_cta_mappings() -> None:
+    space = CudaReduceSpace()
+    problem = ReduceProblem(m=266041, k=1009)
+    kept = [
+        p
+        for p in space.enumerate("f16", "row", "sm_90")
+        if space.prune(p, problem, "f16", "row") is None
+    ]
+    pack8 = [p for p in space.order(kept, problem, "f16", "row") if p["pack"] == 8]
+    strategies = [p["strategy"] for p in pack8]
+    assert "cluster" not in strategies[: strategies.index("block") + 1]
+
+
+def test_pipelined_and_streamed_softmax_modes() -> None:
+    space = CudaSoftmaxSpace()
+    pipe = {"pack": 8, "strategy": "block", "group": 512, "threads": 512, "mode": "pipe"}
+    # two buffers of a 50k-entry f16 row fit in 227 KB, two of a 64k-entry row do not
+    assert space.prune(pipe, SoftmaxProblem(m=4, k=50257), "f16", "row") is None
+    assert "shared memory" in (space.prune(pipe, SoftmaxProblem(m=4, k=65536), "f16", "row") or "")
+    params = list(space.enumerate("f16", "row", "sm_90"))
+    pipes = [p for p in params if p["mode"] == "pipe"]
+    assert pipes and all(p["strategy"] == "block" and p["pack"] == 8 for p in pipes)
+    streams = [p for p in params if p["mode"] == "stream"]
+    assert streams and {p["strategy"] for p in streams} == {"group", "warp"}
+    source = render(space, pipe)
+    assert "cp.async.cg.shared.global" in source and "softmax_pipelined" in source
+    assert "softmax_streamed" in render(space, streams[0])

@@ -13,6 +13,7 @@ from tuner.spaces.cuda_rows import (
     packs_for,
     prune_row_mapping,
     row_mappings,
+    split_rank,
     widest_first,
 )
 
@@ -20,7 +21,8 @@ __all__ = ["CudaReduceSpace"]
 
 
 class CudaReduceSpace(VariantSpace):
-    """``reduce_f16_p8_g4_t256``: 8-element loads, 4 lanes per row, 256 threads per block."""
+    """``reduce_f16_p8_g4_t256``: 8-element loads, 4 lanes per row, 256 threads per block;
+    ``reduce_f16_p8_c4_t256``: a row split over a cluster of 4 CTAs of 256 threads."""
 
     op = "reduce"
     backend = "cuda"
@@ -30,7 +32,7 @@ class CudaReduceSpace(VariantSpace):
         if layout != "row" or dtype not in CTYPES:
             return
         for pack in packs_for(dtype):
-            for strategy, group, threads in row_mappings():
+            for strategy, group, threads in row_mappings(arch):
                 yield {"pack": pack, "strategy": strategy, "group": group, "threads": threads}
 
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
@@ -39,7 +41,10 @@ class CudaReduceSpace(VariantSpace):
     def order(
         self, candidates: list[Params], problem: Problem, dtype: str, layout: str
     ) -> list[Params]:
-        return widest_first(candidates)
+        """Widest pack first; the split rows first with few rows, last otherwise."""
+        m = int(getattr(problem, "m"))  # noqa: B009
+        ranked = [{**p, "_rank": split_rank(p, m)} for p in candidates]
+        return [{k: v for k, v in p.items() if k != "_rank"} for p in widest_first(ranked, "_rank")]
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
         return f"reduce_{dtype}_p{params['pack']}_{mapping_label(params)}_t{params['threads']}"

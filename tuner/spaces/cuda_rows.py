@@ -1,8 +1,10 @@
 """Shared axes of the hand-written CUDA row kernels (reduce and softmax).
 
 Both map rows of x[m, k] to threads the same way: a group of 2-16 lanes per row (several rows
-per warp), a whole warp per row, or a whole block per row; and both load ``pack`` elements
-per vector access. Only validated ints and enums leave this module.
+per warp), a whole warp per row, a whole block per row, or (sm_90 and later) a split row: a
+thread-block cluster of 2-8 CTAs per row, which combine through distributed shared memory
+(``group`` is then the CTAs per row). Both load ``pack`` elements per vector access. Only
+validated ints and enums leave this module.
 """
 
 from __future__ import annotations
@@ -19,12 +21,16 @@ __all__ = [
     "GROUPS",
     "ROW_THREADS",
     "BLOCK_THREADS",
+    "CLUSTERS",
+    "FEW_ROWS",
+    "has_clusters",
     "packs_for",
     "row_mappings",
     "lanes_per_row",
     "mapping_label",
     "prune_row_mapping",
     "widest_first",
+    "split_rank",
 ]
 
 CTYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
@@ -35,6 +41,11 @@ GROUPS = (2, 4, 8, 16)
 ROW_THREADS = (128, 256, 512)
 #: threads per block when a block reduces one row
 BLOCK_THREADS = (128, 256, 512, 1024)
+#: CTAs per row of the split-row ("cluster") strategy (8 is the portable cluster limit)
+CLUSTERS = (2, 4, 8)
+#: at most this many rows cannot keep a big GPU's SMs busy with one CTA per row (132 SMs on an
+#: H100/H200): the split-row variants go first in the order there
+FEW_ROWS = 256
 #: widest vector access on the GPU (16 bytes)
 _MAX_VECTOR_BYTES = 16
 
@@ -44,8 +55,15 @@ def packs_for(dtype: str) -> tuple[int, ...]:
     return tuple(p for p in PACKS if p * ELEMENT_SIZE[dtype] <= _MAX_VECTOR_BYTES)
 
 
-def row_mappings() -> Iterator[tuple[str, int, int]]:
-    """(strategy, group, threads) triples in a stable order."""
+def has_clusters(arch: str) -> bool:
+    """Thread-block clusters and distributed shared memory need sm_90 or later."""
+    digits = "".join(ch for ch in arch if ch.isdigit())
+    return bool(digits) and int(digits) >= 90
+
+
+def row_mappings(arch: str) -> Iterator[tuple[str, int, int]]:
+    """(strategy, group, threads) triples in a stable order; split rows only where clusters
+    exist."""
     for group in GROUPS:
         for threads in ROW_THREADS:
             yield "group", group, threads
@@ -53,16 +71,27 @@ def row_mappings() -> Iterator[tuple[str, int, int]]:
         yield "warp", 32, threads
     for threads in BLOCK_THREADS:
         yield "block", threads, threads
+    if has_clusters(arch):
+        for ctas in CLUSTERS:
+            for threads in BLOCK_THREADS:
+                yield "cluster", ctas, threads
 
 
 def lanes_per_row(params: Params) -> int:
-    return int(params["threads"]) if params["strategy"] == "block" else int(params["group"])
+    """Threads that share one row (all CTAs of a cluster for the split-row strategy)."""
+    if params["strategy"] == "block":
+        return int(params["threads"])
+    if params["strategy"] == "cluster":
+        return int(params["threads"]) * int(params["group"])
+    return int(params["group"])
 
 
 def mapping_label(params: Params) -> str:
-    """``g4``, ``warp`` or ``block`` for names."""
+    """``g4``, ``warp``, ``block`` or ``c4`` (4 CTAs per row) for names."""
     if params["strategy"] == "group":
         return f"g{params['group']}"
+    if params["strategy"] == "cluster":
+        return f"c{params['group']}"
     return str(params["strategy"])
 
 
@@ -84,3 +113,15 @@ def widest_first(candidates: list[Params], *keys: str) -> list[Params]:
     """Candidates with the widest vector access first (a capped search sees them first; every
     pack runs at every k), then by ``keys`` of the caller, then in enumeration order."""
     return sorted(candidates, key=lambda p: (-int(p["pack"]), *(p[key] for key in keys)))
+
+
+def split_rank(params: Params, m: int) -> int:
+    """Order key of the row mapping: with few rows the split rows come first (most CTAs per row
+    first, as they fill the most SMs), then a block per row, then the rest; otherwise the split
+    rows come last (smallest clusters first)."""
+    strategy = params["strategy"]
+    if m <= FEW_ROWS:
+        if strategy == "cluster":
+            return -int(params["group"])
+        return 0 if strategy == "block" else 1
+    return 2 + int(params["group"]) if strategy == "cluster" else 1

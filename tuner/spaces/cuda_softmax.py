@@ -2,12 +2,20 @@
 memory | two passes).
 
 "reg" keeps the whole row in registers (one read, one write of global memory) and runs only
-while the row fits: each thread holds at most ``max_values(threads)`` floats. "smem" (a block
+while the row fits: each thread holds at most ``max_values(threads)`` floats. "stream" (group
+and warp mappings: short rows) is "reg" on a persistent grid that loads each group's next row
+before it finishes the current one, so short rows keep bytes in flight. "smem" (a block
 per row) keeps the row in dynamic shared memory, opted in past 48 KB, and runs while the row
 fits in ``SMEM_OPTIN_BYTES``: one read, one write for rows too long for registers (a 50k-entry
-f16 vocabulary row is 100 KB). "2pass" reads the row twice (an online max/sum pass, then the
-normalising pass) and runs for any k; it is offered for the warp and block mappings only, since
-long rows are where it matters.
+f16 vocabulary row is 100 KB). "pipe" (a block per row, 16-byte packs) is "smem" on a persistent
+grid with two row buffers: the next row is copied in (cp.async) while the current one is
+finished, so reads and writes overlap; it runs while two rows fit (K up to ~58k in f16).
+"2pass" reads the row twice (an online max/sum pass, then the normalising pass) and runs for
+any k; it is offered for the warp and block mappings only, since
+long rows are where it matters. The split-row ("cluster") mapping runs in "reg" mode only: a
+cluster of 2-8 CTAs holds one row in registers and exchanges (max, sum) pairs through
+distributed shared memory, so rows up to 262,144 f16 elements are read once, by CTAs small
+enough to share an SM, and few rows still reach several SMs each.
 """
 
 from __future__ import annotations
@@ -20,11 +28,13 @@ from tuner.reference import ELEMENT_SIZE
 from tuner.spaces.base import Params, VariantSpace
 from tuner.spaces.cuda_rows import (
     CTYPES,
+    FEW_ROWS,
     lanes_per_row,
     mapping_label,
     packs_for,
     prune_row_mapping,
     row_mappings,
+    split_rank,
     widest_first,
 )
 
@@ -35,9 +45,13 @@ __all__ = [
     "max_values",
     "col_options",
     "smem_bytes",
+    "reg_values",
+    "REG_MODES",
 ]
 
-MODES = ("reg", "smem", "2pass")
+MODES = ("reg", "stream", "pipe", "smem", "2pass")
+#: modes that hold the row in registers (``max_values`` per thread)
+REG_MODES = ("reg", "stream")
 #: dynamic shared memory one block may opt in to on sm_90 (227 KB; sm_80 parts refuse larger
 #: rows at run time through ``tunehub_can_run``'s twin check in the launch)
 SMEM_OPTIN_BYTES = 227 * 1024
@@ -51,6 +65,27 @@ def max_values(threads: int) -> int:
 def smem_bytes(k: int, pack: int, dtype: str) -> int:
     """Dynamic shared memory the "smem" kernel asks for (mirrors ``smem_bytes`` in the template)."""
     return -(-k // pack) * pack * ELEMENT_SIZE[dtype]
+
+
+#: values per thread up to which a register-resident row still leaves room for several CTAs per
+#: SM (the order tries these before shared memory)
+_LIGHT_REG_VALUES = 64
+
+
+def reg_values(params: Params, k: int) -> int:
+    """Floats one thread holds in "reg" mode for rows of length ``k`` (mirrors ``cols_needed``
+    and ``split_cols_needed`` in the template: a power of two of packs)."""
+    pack, threads = int(params["pack"]), int(params["threads"])
+    packs = k // pack
+    if params["strategy"] == "cluster":
+        per_rank = -(-packs // int(params["group"]))
+        per_lane = -(-per_rank // threads)
+    else:
+        per_lane = -(-packs // lanes_per_row(params))
+    cols = 1
+    while cols < per_lane:
+        cols *= 2
+    return cols * pack
 
 
 def col_options(params: Params) -> list[int]:
@@ -75,10 +110,16 @@ class CudaSoftmaxSpace(VariantSpace):
             return
         for pack in packs_for(dtype):
             for mode in MODES:
-                for strategy, group, threads in row_mappings():
+                for strategy, group, threads in row_mappings(arch):
                     if mode == "2pass" and strategy == "group":
                         continue
-                    if mode == "smem" and strategy != "block":
+                    if mode in ("smem", "pipe") and strategy != "block":
+                        continue
+                    if mode == "pipe" and pack * ELEMENT_SIZE[dtype] != 16:
+                        continue
+                    if mode != "reg" and strategy == "cluster":
+                        continue
+                    if mode == "stream" and strategy not in ("group", "warp"):
                         continue
                     yield {
                         "pack": pack,
@@ -93,10 +134,15 @@ class CudaSoftmaxSpace(VariantSpace):
         if reason is not None or params["mode"] == "2pass":
             return reason
         k = int(getattr(problem, "k"))  # noqa: B009
-        if params["mode"] == "smem":
-            need = smem_bytes(k, int(params["pack"]), dtype)
+        if params["mode"] in ("smem", "pipe"):
+            buffers = 2 if params["mode"] == "pipe" else 1
+            need = buffers * smem_bytes(k, int(params["pack"]), dtype)
             if need > SMEM_OPTIN_BYTES:
                 return f"k={k} needs {need} bytes of shared memory (at most {SMEM_OPTIN_BYTES})"
+            return None
+        if params["strategy"] == "cluster":
+            if reg_values(params, k) > col_options(params)[-1] * int(params["pack"]):
+                return f"k={k} does not fit in the cluster's registers"
             return None
         capacity = lanes_per_row(params) * int(params["pack"]) * col_options(params)[-1]
         if k > capacity:
@@ -106,11 +152,28 @@ class CudaSoftmaxSpace(VariantSpace):
     def order(
         self, candidates: list[Params], problem: Problem, dtype: str, layout: str
     ) -> list[Params]:
-        """Widest pack first; within a pack the one-read modes (registers, then shared memory)
-        before two passes."""
-        ranked = [{**p, "_mode_rank": MODES.index(p["mode"])} for p in candidates]
-        ordered = widest_first(ranked, "_mode_rank")
-        return [{k: v for k, v in p.items() if k != "_mode_rank"} for p in ordered]
+        """Widest pack first. Within a pack: with few rows the split rows (most CTAs first);
+        then rows in registers of one CTA at a light register load, rows in shared memory
+        (pipelined first), split rows (many rows), rows in registers at a heavy load (one CTA
+        per SM), two passes last. (On the H200, run 4 and its probe: split rows lose to a CTA
+        per row when rows are many: a cluster reads its row in one burst, then waits on its
+        peers.)"""
+        m, k = int(getattr(problem, "m")), int(getattr(problem, "k"))  # noqa: B009
+
+        def rank(p: Params) -> tuple[int, int, int, int]:
+            split = split_rank(p, m)
+            cluster = p["strategy"] == "cluster"
+            first = 0 if cluster and m <= FEW_ROWS else 1
+            if p["mode"] in REG_MODES:
+                light = reg_values(p, k) <= _LIGHT_REG_VALUES
+                weight = (2 if cluster and first else 0) if light else 3
+            else:
+                weight = 1 if p["mode"] in ("pipe", "smem") else 4
+            return first, weight, split, MODES.index(p["mode"])
+
+        ranked = [{**p, "_rank": rank(p)} for p in candidates]
+        ordered = widest_first(ranked, "_rank")
+        return [{key: v for key, v in p.items() if key != "_rank"} for p in ordered]
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
         return (
@@ -119,7 +182,7 @@ class CudaSoftmaxSpace(VariantSpace):
         )
 
     def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
-        reg = params["mode"] == "reg"
+        reg = params["mode"] in REG_MODES
         return {
             **super().render_context(params, dtype, layout),
             "ctype": CTYPES[dtype],
