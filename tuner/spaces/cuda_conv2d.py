@@ -12,8 +12,9 @@ of 8). One build serves every layer: the whole problem is a run-time argument.
 
 On sm_90 the space also holds CUTLASS 3.x kernels (family ``sm90``, ``conv2d_sm90.cu.j2``: the
 conv collective builder, TMA im2col + wgmma; CUTLASS's one sm90 conv schedule, so the axes are
-the tile and the cluster). They are compile-checked but not yet measured on a GPU, so ``order``
-puts them last: a default budget does not reach them until a run shows where they win.
+the tile and the cluster). They are compile-checked and verified on an H200 (one variant, two
+layers, 2026-12-04) but not yet benchmarked, so ``order`` puts them last: a default budget does
+not reach them until a run shows where they win.
 
 cuDNN engine configs depend on the shape and GPU, so they are not enumerated: the backend
 discovers them at tuning time (:mod:`tuner.spaces.cuda_conv2d_cudnn`). ``order`` merges the
