@@ -222,6 +222,8 @@ def test_measurement_reports_reps_spread_and_cpu_share(backend: CpuBackend) -> N
     assert result.ok and result.timing is not None
     assert result.timing.reps >= backend.config.min_reps
     prov = result.provenance
-    assert 0.0 < prov["cpu_share"] <= 1.05
+    # CPU time over wall time; the process CPU clock's tick makes short windows read a little
+    # over 1 (1.065 seen in a loaded run)
+    assert 0.0 < prov["cpu_share"] <= 1.2
     assert prov["median_ci_rel"] >= 0.0 and prov["spread"] == result.timing.spread
     assert result.suspect == (prov["cpu_share"] < backend.config.min_cpu_share)
