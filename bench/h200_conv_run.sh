@@ -8,13 +8,9 @@
 # Everything lands under $OUT (the device tool brings it back).
 set -uo pipefail
 out=${OUT:-/tmp/tunehub-out}
-mkdir -p "$out"
-wheels=${WHEELS:-../../.whl}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site "$wheels"/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv \
-  > "$out/nvidia-smi.txt" 2>&1
+source "$(dirname "${BASH_SOURCE[0]}")/_device_env.sh"
+# no compile cache to unpack: the staged copy carries its .cache/tunehub as is
+device_env "$out" "${WHEELS:-../../.whl}" "" || exit 1
 python3 -c 'from tuner.vendor_paths import cudnn_paths, cudnn_version as v; print(cudnn_paths(), v())'
 timeout "${GPU_TESTS_SECONDS:-150}" python3 -m pytest --noconftest -o addopts= -q -m gpu \
   -p no:cacheprovider tests/gpu/test_cuda_conv2d_cudnn.py tests/gpu/test_cuda_conv2d_sm90.py \

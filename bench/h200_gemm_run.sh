@@ -7,13 +7,8 @@
 # Everything lands under $OUT (the device tool brings it back).
 set -uo pipefail
 out=${OUT:-/tmp/tunehub-out}
-mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-[ -f .device-carry/cache.tar.xz ] && tar -xJf .device-carry/cache.tar.xz
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv \
-  > "$out/nvidia-smi.txt" 2>&1
+source "$(dirname "${BASH_SOURCE[0]}")/_device_env.sh"
+device_env "$out" .whl .device-carry/cache.tar.xz || exit 1
 python3 -c 'from tuner.vendor_paths import cublas_paths, cublas_version as v; print(cublas_paths(), v())'
 if [ "${SKIP_GPU_TESTS:-0}" != 1 ]; then
   timeout "${GPU_TESTS_SECONDS:-150}" python3 -m pytest --noconftest -o addopts= -q -m gpu \

@@ -5,13 +5,9 @@
 # Internal timeouts keep the whole call under ~8 minutes.
 set -uo pipefail
 out=${OUT:-/tmp/tunehub-out}
-mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-[ -f .device-carry/cache.tar.xz ] && tar -xJf .device-carry/cache.tar.xz
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
-  --format=csv > "$out/nvidia-smi.txt" 2>&1
+source "$(dirname "${BASH_SOURCE[0]}")/_device_env.sh"
+device_env "$out" .whl .device-carry/cache.tar.xz \
+  name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw || exit 1
 timeout "${ROWS_SECONDS:-380}" python3 bench/rows_sweep.py --out "$out/h200-rows" \
   --max-seconds "${ROWS_TUNE_SECONDS:-230}" ${ROWS_ARGS:-} 2>&1 | tee "$out/rows.log" | grep -vE "^\s*$" | tail -80
 if [ "${RUN_GPU_TESTS:-0}" = 1 ]; then

@@ -10,15 +10,8 @@
 # Everything lands under $OUT (the device tool brings it back).
 set -uo pipefail
 out=${OUT:-/tmp/tunehub-out}
-mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-# optional: a compile cache built elsewhere with bench/precompile_cuda.py, as
-# `tar -cf - .cache | xz -9e --lzma2=dict=128MiB` (static cudart dedupes: 57 MB -> 1.5 MB)
-[ -f .device-carry/cache.tar.xz ] && tar -xJf .device-carry/cache.tar.xz
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv \
-  > "$out/nvidia-smi.txt" 2>&1
+source "$(dirname "${BASH_SOURCE[0]}")/_device_env.sh"
+device_env "$out" .whl .device-carry/cache.tar.xz || exit 1
 
 if [ "${SKIP_VS_VENDOR:-0}" != 1 ]; then
   timeout "${VS_VENDOR_SECONDS:-420}" python3 bench/vs_vendor.py --out "$out" "$@" \

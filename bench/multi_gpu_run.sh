@@ -9,14 +9,10 @@
 # Everything lands under $OUT; MULTI_GPU_SECONDS bounds each run (default 150).
 set -uo pipefail
 out=${OUT:-/tmp/multi-gpu-out}
-mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-[ -f .device-carry/multi-cache.tar.xz ] && tar -xJf .device-carry/multi-cache.tar.xz
-nvidia-smi --query-gpu=index,name,pci.bus_id,clocks.sm,temperature.gpu,power.draw --format=csv \
-  > "$out/nvidia-smi.txt" 2>&1
+source "$(dirname "${BASH_SOURCE[0]}")/_device_env.sh"
+device_env "$out" .whl .device-carry/multi-cache.tar.xz \
+  index,name,pci.bus_id,clocks.sm,temperature.gpu,power.draw || exit 1
 cat "$out/nvidia-smi.txt"
 all=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
 count=$(echo "$all" | tr ',' '\n' | grep -c .)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import statistics
 import sys
 import time
@@ -36,6 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.vendor_common import geomean, summary, time_artifacts  # noqa: E402
 from tuner.engine import candidate_params, tune  # noqa: E402
 from tuner.problems import Conv2dProblem  # noqa: E402
 from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
@@ -87,17 +87,6 @@ def shapes() -> list[dict[str, Any]]:
 
 def _problem(shape: dict[str, Any]) -> Conv2dProblem:
     return Conv2dProblem(**{k: shape[k] for k in Conv2dProblem.dim_names})
-
-
-def _summary(result: Any) -> dict[str, Any]:
-    return {
-        "name": result.variant_name,
-        "library": result.params.get("library"),
-        "outcome": result.outcome.value,
-        "median_us": result.timing.median_us if result.timing else None,
-        "compile_s": round(result.compile_seconds, 2),
-        "log": result.log[-200:] if not result.ok else "",
-    }
 
 
 def precompile(cache_dir: str, workers: int) -> int:
@@ -177,7 +166,7 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
                     "vendor_default_ok": bool(default and default.ok),
                     "vendor_default_artifact": str(dhit.artifact) if dhit else None,
                     "artifact": str(hit.artifact) if hit and hit.artifact else None,
-                    "candidates": [_summary(r) for r in result.results],
+                    "candidates": [summary(r) for r in result.results],
                 }
             )
             ok = sum(1 for r in result.results if r.ok)
@@ -218,21 +207,12 @@ def phase_compare(rows: list[dict[str, Any]], deadline: float) -> None:
             "max_samples": 10_000,
             "abort_us": None,
         }
-        times: dict[str, float] = {}
-        for label, artifact in (
-            ("tunehub", row["artifact"]),
-            ("cudnn_default", row["vendor_default_artifact"]),
-        ):
-            if not artifact:
-                continue
-            try:
-                answer = harness.run({**req, "artifact": artifact})
-                if answer.get("samples_us"):
-                    times[label] = statistics.median(answer["samples_us"])
-                else:
-                    row.setdefault("compare_errors", {})[label] = answer.get("log", "")[-300:]
-            except Exception as exc:  # reported in the JSON; the other rows go on
-                row.setdefault("compare_errors", {})[label] = f"{type(exc).__name__}: {exc}"[:300]
+        times = time_artifacts(
+            harness,
+            req,
+            row,
+            {"tunehub": row["artifact"], "cudnn_default": row["vendor_default_artifact"]},
+        )
         work = harness.workload_for(req)
         # the same NHWC / KRSC storage viewed as channels_last NCHW tensors (no copy)
         sets = [
@@ -274,10 +254,6 @@ def phase_compare(rows: list[dict[str, Any]], deadline: float) -> None:
             + " ".join(f"{k}={v:.2f}us" for k, v in times.items()),
             flush=True,
         )
-
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
 
 
 def _miss_reason(row: dict[str, Any]) -> str:
@@ -385,13 +361,13 @@ def write_report(out: Path, payload: dict[str, Any], stem: str = "h200-conv-vend
     lines += [
         "",
         f"- Geomean vs the cuDNN default over {len(vs_default)} shapes: "
-        f"**{_geomean(vs_default):.3f}x** (min {min(vs_default, default=float('nan')):.2f}x).",
-        f"- Geomean vs torch (cuDNN) over {len(vs_torch)} shapes: **{_geomean(vs_torch):.3f}x** "
+        f"**{geomean(vs_default):.3f}x** (min {min(vs_default, default=float('nan')):.2f}x).",
+        f"- Geomean vs torch (cuDNN) over {len(vs_torch)} shapes: **{geomean(vs_torch):.3f}x** "
         f"(min {min(vs_torch, default=float('nan')):.2f}x).",
         f"- Targets (issue 9): no shape below 0.98x, >= 1.10x geomean. Shapes below 0.98x of "
         f"either baseline: {sum(1 for m in misses if 'not timed' not in m)}.",
         f"- CUTLASS 2.x head (3 kernels a shape, by the SM-fill order): its best reaches "
-        f"{_geomean(cutlass_share):.2f} of the winner's speed (geomean over {len(cutlass_share)} "
+        f"{geomean(cutlass_share):.2f} of the winner's speed (geomean over {len(cutlass_share)} "
         "shapes, tuning times).",
         f"- Tuning wall time: {meta.get('tune_wall_seconds', 0):.0f} s for {len(rows)} shapes.",
         "",

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import statistics
 import sys
 import time
@@ -33,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.vendor_common import geomean, summary, time_artifacts  # noqa: E402
 from tuner.engine import tune  # noqa: E402
 from tuner.problems import GemmProblem  # noqa: E402
 from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
@@ -74,17 +74,6 @@ def _budget(m: int, vendor_algos: int, cap: int) -> int:
     return max(1, min(cap, vendor_algos + heads))
 
 
-def _summary(result: Any) -> dict[str, Any]:
-    return {
-        "name": result.variant_name,
-        "library": result.params.get("library"),
-        "outcome": result.outcome.value,
-        "median_us": result.timing.median_us if result.timing else None,
-        "compile_s": round(result.compile_seconds, 2),
-        "log": result.log[-200:] if not result.ok else "",
-    }
-
-
 def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) -> list[dict]:
     from tuner.backends.cuda import CudaBackend
 
@@ -118,7 +107,7 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
                     "winner_id": win.variant_id if win else None,
                     "winner_params": win.params if win else None,
                     "winner_us": win.timing.median_us if win and win.timing else None,
-                    "candidates": [_summary(r) for r in result.results],
+                    "candidates": [summary(r) for r in result.results],
                 }
                 if pass_no == 1:
                     hit = backend.cache.lookup(win.variant_id) if win else None
@@ -191,21 +180,12 @@ def phase_compare(rows: list[dict[str, Any]], deadline: float) -> float:
             "max_samples": 10_000,
             "abort_us": None,
         }
-        times: dict[str, float] = {}
-        for label, artifact in (
-            ("tunehub", row["artifact"]),
-            ("cublaslt_default", row["vendor_default_artifact"]),
-        ):
-            if not artifact:
-                continue
-            try:
-                answer = harness.run({**req, "artifact": artifact})
-                if answer.get("samples_us"):
-                    times[label] = statistics.median(answer["samples_us"])
-                else:
-                    row.setdefault("compare_errors", {})[label] = answer.get("log", "")[-300:]
-            except Exception as exc:  # reported in the JSON; the other rows go on
-                row.setdefault("compare_errors", {})[label] = f"{type(exc).__name__}: {exc}"[:300]
+        times = time_artifacts(
+            harness,
+            req,
+            row,
+            {"tunehub": row["artifact"], "cublaslt_default": row["vendor_default_artifact"]},
+        )
         work = harness.workload_for(req)
         pairs = [
             (ins[0], ins[1].t(), out) for ins, out in zip(work.inputs, work.outputs, strict=True)
@@ -237,10 +217,6 @@ def phase_compare(rows: list[dict[str, Any]], deadline: float) -> float:
             flush=True,
         )
     return copy_gbps
-
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
 
 
 def write_report(out: Path, payload: dict[str, Any], stem: str = "h200-gemm-vendor") -> None:
@@ -305,10 +281,10 @@ def write_report(out: Path, payload: dict[str, Any], stem: str = "h200-gemm-vend
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
-        f"- Geomean vs cuBLAS over {len(ratios)} shapes: **{_geomean(ratios):.3f}x** "
+        f"- Geomean vs cuBLAS over {len(ratios)} shapes: **{geomean(ratios):.3f}x** "
         f"(min {min(ratios, default=float('nan')):.2f}x); shapes below 0.98x: {len(misses)}.",
         f"- Decode (m <= 16) share of the weight-streaming limit: geomean "
-        f"{_geomean(decode_limit):.2f}, min {min(decode_limit, default=float('nan')):.2f}.",
+        f"{geomean(decode_limit):.2f}, min {min(decode_limit, default=float('nan')):.2f}.",
         f"- Stability (re-tuned once in the same run: same winner or within the "
         f"{TIE_BAND:.0%} tie band): {sum(stable)}/{len(stable)} shapes.",
         f"- Tuning wall time: {meta['tune_wall_seconds']:.0f} s for both passes.",

@@ -33,7 +33,9 @@ PG_ADMIN_URL = os.environ.get(
 DATABASE_KINDS = ("sqlite", "postgresql")
 
 
-def _pg_connect() -> psycopg.Connection:
+def pg_admin_connect() -> psycopg.Connection:
+    """An autocommit connection to the admin database (creates and drops the test databases);
+    the test fails, with the URL, when PostgreSQL is unreachable."""
     url = make_url(PG_ADMIN_URL)
     try:
         return psycopg.connect(
@@ -58,12 +60,12 @@ def _pg_url(name: str) -> str:
 
 
 def _pg_create(name: str) -> None:
-    with _pg_connect() as connection:
+    with pg_admin_connect() as connection:
         connection.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]
 
 
 def _pg_drop(name: str) -> None:
-    with _pg_connect() as connection:
+    with pg_admin_connect() as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[arg-type]
 
 

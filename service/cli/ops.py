@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import math
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -192,261 +194,93 @@ def _best_command(
         stdout.print(line)
 
 
-# -- tune -----------------------------------------------------------------------------------
+# -- one tune and one best command per op ----------------------------------------------------
+
+_REQUIRED = inspect.Parameter.empty
+_KindOpt = Annotated[str, typer.Option(help="sum, max or mean.")]
+_LayoutOpt = Annotated[str, typer.Option(help="rcr, rrr, crr or ccr.")]
+
+#: each op's own options, in the order --help lists them: (name, annotation, default); all
+#: are dims of the problem except ``layout``
+_OP_OPTIONS: dict[str, tuple[tuple[str, Any, Any], ...]] = {
+    "reduce": (("m", DimOpt, _REQUIRED), ("k", DimOpt, _REQUIRED), ("kind", _KindOpt, "sum")),
+    "softmax": (("m", DimOpt, _REQUIRED), ("k", DimOpt, _REQUIRED)),
+    "gemm": (
+        ("m", DimOpt, _REQUIRED),
+        ("n", DimOpt, _REQUIRED),
+        ("k", DimOpt, _REQUIRED),
+        ("layout", _LayoutOpt, "rcr"),
+    ),
+    "conv2d": (
+        *((dim, DimOpt, _REQUIRED) for dim in ("n", "h", "w", "c", "k", "r", "s")),
+        ("stride", DimOpt, 1),
+        ("pad", DimOpt, 0),
+        ("dilation", DimOpt, 1),
+    ),
+}
+#: the layout of an op without a --layout option (None: the op has no layouts)
+_FIXED_LAYOUT = {"reduce": None, "softmax": None, "conv2d": "nhwc"}
+
+_TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("dtype", DTypeOpt, "f32"),
+    ("strategy", StrategyOpt, "exhaustive"),
+    ("max_variants", MaxVariantsOpt, None),
+    ("max_seconds", MaxSecondsOpt, None),
+    ("backend", BackendOpt, "cpu"),
+    ("seed", SeedOpt, 0),
+    ("server", ServerOpt, None),
+    ("token", TokenOpt, None),
+)
+_BEST_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("dtype", DTypeOpt, "f32"),
+    ("device", DeviceOpt, None),
+    ("max_distance", MaxDistanceOpt, MAX_NEAREST_DISTANCE),
+    ("server", ServerOpt, None),
+    ("token", TokenOpt, None),
+)
+
+_TUNE_HELP = {
+    "reduce": "Row reduction: y(m) = sum, max or mean of x(m, 0..k).",
+    "softmax": "Row softmax over k of an m x k matrix.",
+    "gemm": "GEMM: C (m x n) = A (m x k) @ B (k x n).",
+    "conv2d": "Forward convolution, NHWC input, KRSC filter.",
+}
+_BEST_HELP = {
+    "reduce": "Best config of a row reduction.",
+    "softmax": "Best config of a row softmax.",
+    "gemm": "Best config of a GEMM.",
+    "conv2d": "Best config of a forward convolution.",
+}
 
 
-@tune_app.command("reduce")
-def tune_reduce(
-    m: DimOpt,
-    k: DimOpt,
-    kind: Annotated[str, typer.Option(help="sum, max or mean.")] = "sum",
-    dtype: DTypeOpt = "f32",
-    strategy: StrategyOpt = "exhaustive",
-    max_variants: MaxVariantsOpt = None,
-    max_seconds: MaxSecondsOpt = None,
-    backend: BackendOpt = "cpu",
-    seed: SeedOpt = 0,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
+def _add_op_command(
+    app: typer.Typer,
+    op: str,
+    help_text: str,
+    shared: tuple[tuple[str, Any, Any], ...],
+    run: Callable[..., None],
 ) -> None:
-    """Row reduction: y(m) = sum, max or mean of x(m, 0..k)."""
-    _tune_command(
-        "reduce",
-        {"m": m, "k": k, "kind": kind},
-        dtype=dtype,
-        layout=None,
-        backend=backend,
-        strategy=strategy,
-        max_variants=max_variants,
-        max_seconds=max_seconds,
-        seed=seed,
-        server=server,
-        token=token,
+    """Register ``op`` on ``app``: its own options, then ``shared``; ``run(op, dims, layout=...,
+    **shared values)``. Typer reads the options from the signature, so one builder serves
+    every op (the four ops differ only in their dims)."""
+    own = _OP_OPTIONS[op]
+
+    def command(**values: Any) -> None:
+        dims = {name: values.pop(name) for name, _, _ in own}
+        layout = dims.pop("layout") if "layout" in dims else _FIXED_LAYOUT[op]
+        run(op, dims, layout=layout, **values)
+
+    command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=d)
+            for name, kind, d in (*own, *shared)
+        ]
     )
+    command.__doc__ = help_text
+    command.__name__ = f"{op}_command"
+    app.command(op)(command)
 
 
-@tune_app.command("softmax")
-def tune_softmax(
-    m: DimOpt,
-    k: DimOpt,
-    dtype: DTypeOpt = "f32",
-    strategy: StrategyOpt = "exhaustive",
-    max_variants: MaxVariantsOpt = None,
-    max_seconds: MaxSecondsOpt = None,
-    backend: BackendOpt = "cpu",
-    seed: SeedOpt = 0,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Row softmax over k of an m x k matrix."""
-    _tune_command(
-        "softmax",
-        {"m": m, "k": k},
-        dtype=dtype,
-        layout=None,
-        backend=backend,
-        strategy=strategy,
-        max_variants=max_variants,
-        max_seconds=max_seconds,
-        seed=seed,
-        server=server,
-        token=token,
-    )
-
-
-@tune_app.command("gemm")
-def tune_gemm(
-    m: DimOpt,
-    n: DimOpt,
-    k: DimOpt,
-    layout: Annotated[str, typer.Option(help="rcr, rrr, crr or ccr.")] = "rcr",
-    dtype: DTypeOpt = "f32",
-    strategy: StrategyOpt = "exhaustive",
-    max_variants: MaxVariantsOpt = None,
-    max_seconds: MaxSecondsOpt = None,
-    backend: BackendOpt = "cpu",
-    seed: SeedOpt = 0,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """GEMM: C (m x n) = A (m x k) @ B (k x n)."""
-    _tune_command(
-        "gemm",
-        {"m": m, "n": n, "k": k},
-        dtype=dtype,
-        layout=layout,
-        backend=backend,
-        strategy=strategy,
-        max_variants=max_variants,
-        max_seconds=max_seconds,
-        seed=seed,
-        server=server,
-        token=token,
-    )
-
-
-@tune_app.command("conv2d")
-def tune_conv2d(
-    n: DimOpt,
-    h: DimOpt,
-    w: DimOpt,
-    c: DimOpt,
-    k: DimOpt,
-    r: DimOpt,
-    s: DimOpt,
-    stride: DimOpt = 1,
-    pad: DimOpt = 0,
-    dilation: DimOpt = 1,
-    dtype: DTypeOpt = "f32",
-    strategy: StrategyOpt = "exhaustive",
-    max_variants: MaxVariantsOpt = None,
-    max_seconds: MaxSecondsOpt = None,
-    backend: BackendOpt = "cpu",
-    seed: SeedOpt = 0,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Forward convolution, NHWC input, KRSC filter."""
-    dims = {
-        "n": n,
-        "h": h,
-        "w": w,
-        "c": c,
-        "k": k,
-        "r": r,
-        "s": s,
-        "stride": stride,
-        "pad": pad,
-        "dilation": dilation,
-    }
-    _tune_command(
-        "conv2d",
-        dims,
-        dtype=dtype,
-        layout="nhwc",
-        backend=backend,
-        strategy=strategy,
-        max_variants=max_variants,
-        max_seconds=max_seconds,
-        seed=seed,
-        server=server,
-        token=token,
-    )
-
-
-# -- best -----------------------------------------------------------------------------------
-
-
-@best_app.command("reduce")
-def best_reduce(
-    m: DimOpt,
-    k: DimOpt,
-    kind: Annotated[str, typer.Option(help="sum, max or mean.")] = "sum",
-    dtype: DTypeOpt = "f32",
-    device: DeviceOpt = None,
-    max_distance: MaxDistanceOpt = MAX_NEAREST_DISTANCE,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Best config of a row reduction."""
-    _best_command(
-        "reduce",
-        {"m": m, "k": k, "kind": kind},
-        dtype=dtype,
-        layout=None,
-        device=device,
-        max_distance=max_distance,
-        server=server,
-        token=token,
-    )
-
-
-@best_app.command("softmax")
-def best_softmax(
-    m: DimOpt,
-    k: DimOpt,
-    dtype: DTypeOpt = "f32",
-    device: DeviceOpt = None,
-    max_distance: MaxDistanceOpt = MAX_NEAREST_DISTANCE,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Best config of a row softmax."""
-    _best_command(
-        "softmax",
-        {"m": m, "k": k},
-        dtype=dtype,
-        layout=None,
-        device=device,
-        max_distance=max_distance,
-        server=server,
-        token=token,
-    )
-
-
-@best_app.command("gemm")
-def best_gemm(
-    m: DimOpt,
-    n: DimOpt,
-    k: DimOpt,
-    layout: Annotated[str, typer.Option(help="rcr, rrr, crr or ccr.")] = "rcr",
-    dtype: DTypeOpt = "f32",
-    device: DeviceOpt = None,
-    max_distance: MaxDistanceOpt = MAX_NEAREST_DISTANCE,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Best config of a GEMM."""
-    _best_command(
-        "gemm",
-        {"m": m, "n": n, "k": k},
-        dtype=dtype,
-        layout=layout,
-        device=device,
-        max_distance=max_distance,
-        server=server,
-        token=token,
-    )
-
-
-@best_app.command("conv2d")
-def best_conv2d(
-    n: DimOpt,
-    h: DimOpt,
-    w: DimOpt,
-    c: DimOpt,
-    k: DimOpt,
-    r: DimOpt,
-    s: DimOpt,
-    stride: DimOpt = 1,
-    pad: DimOpt = 0,
-    dilation: DimOpt = 1,
-    dtype: DTypeOpt = "f32",
-    device: DeviceOpt = None,
-    max_distance: MaxDistanceOpt = MAX_NEAREST_DISTANCE,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Best config of a forward convolution."""
-    dims = {
-        "n": n,
-        "h": h,
-        "w": w,
-        "c": c,
-        "k": k,
-        "r": r,
-        "s": s,
-        "stride": stride,
-        "pad": pad,
-        "dilation": dilation,
-    }
-    _best_command(
-        "conv2d",
-        dims,
-        dtype=dtype,
-        layout="nhwc",
-        device=device,
-        max_distance=max_distance,
-        server=server,
-        token=token,
-    )
+for _op in _OP_OPTIONS:
+    _add_op_command(tune_app, _op, _TUNE_HELP[_op], _TUNE_OPTIONS, _tune_command)
+    _add_op_command(best_app, _op, _BEST_HELP[_op], _BEST_OPTIONS, _best_command)

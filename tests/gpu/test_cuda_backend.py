@@ -12,23 +12,20 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.gpu.gpu_helpers import GPU_MARKS
 from tuner.backends.cuda import CudaBackend
 from tuner.problems import ReduceProblem, SoftmaxProblem
 from tuner.registry import load_space
 from tuner.render import TEMPLATES_DIR, render_variant
 from tuner.types import EngineConfig, Outcome, TuneRequest, Variant
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH"),
-]
+pytestmark = GPU_MARKS
 
 ABI = (TEMPLATES_DIR / "cuda" / "_tunehub_abi.cuh").read_text()
 

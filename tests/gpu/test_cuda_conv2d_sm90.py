@@ -7,37 +7,25 @@ reference and timed like any other variant (run on the H200 host).
 from __future__ import annotations
 
 import os
-import shutil
-import sys
 from collections.abc import Iterator
 
 import pytest
 
+from tests.gpu.gpu_helpers import GPU_MARKS, module_cuda_backend
 from tuner.backends.cuda import CudaBackend
 from tuner.problems import Conv2dProblem
 from tuner.registry import load_space
 from tuner.render import render_variant
-from tuner.types import EngineConfig, Outcome, TuneRequest
+from tuner.types import Outcome, TuneRequest
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH"),
-]
+pytestmark = GPU_MARKS
 
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CudaBackend]:
-    config = EngineConfig(
-        # a cache precompiled elsewhere with the same nvcc saves the ~2 min CUTLASS build
-        cache_dir=os.environ.get("TUNEHUB_GPU_TEST_CACHE") or str(tmp_path_factory.mktemp("cache")),
-        run_timeout_s=60.0,
-        bench_seconds=0.02,
-        warmup_seconds=0.01,
-        compile_timeout_s=600,
-    )
-    cuda = CudaBackend(config, harness_python=sys.executable)
-    yield cuda
-    cuda.close()
+    # a cache precompiled elsewhere with the same nvcc saves the ~2 min CUTLASS build
+    cache = os.environ.get("TUNEHUB_GPU_TEST_CACHE") or str(tmp_path_factory.mktemp("cache"))
+    yield from module_cuda_backend(cache, compile_timeout_s=600.0)
 
 
 def test_an_sm90_conv_variant_verifies(backend: CudaBackend) -> None:

@@ -4,17 +4,14 @@ one real CPU reduce job tuned by the worker agent with g++, and the CLI against 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from service.agent import WorkerAgent
-from service.api.app import create_app
 from service.cli import main
 from service.cli.serve import create_token_in_db, ensure_admin_token
 from service.client import TunehubClient
@@ -22,11 +19,11 @@ from service.schemas.configs import ConfigQuery
 from service.schemas.jobs import JobCreate, JobOut
 from service.schemas.worker import HeartbeatIn, HeartbeatOut
 from service.settings import Settings
+from tests.service.conftest import LiveService
 from tuner.types import EngineConfig
 
 PROBLEM = {"m": 64, "k": 4096, "kind": "sum"}
 MAX_VARIANTS = 4
-START_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -45,24 +42,11 @@ def live_server(settings: Settings) -> Iterator[LiveServer]:
     settings.ensure_dirs()
     token_file = ensure_admin_token(settings)
     worker_token = create_token_in_db(settings.database_url, "test-worker", ["worker"])
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, name="live-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            pytest.fail("the live server did not start", pytrace=False)
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
+    service = LiveService(settings).start()
     try:
-        yield LiveServer(
-            f"http://127.0.0.1:{port}", settings, token_file.read_text().strip(), worker_token
-        )
+        yield LiveServer(service.url, settings, token_file.read_text().strip(), worker_token)
     finally:
-        server.should_exit = True
-        thread.join(timeout=10.0)
+        service.stop()
 
 
 @pytest.fixture(scope="session")

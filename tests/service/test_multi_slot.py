@@ -16,12 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from sqlalchemy import func, select
 
 from service.agent import slots as slots_module
 from service.agent.slots import SlotBackend, SlotPool, SlotSpec, default_slot_backend, plan_slots
-from service.api.app import create_app
 from service.cli import main
 from service.cli.serve import create_token_in_db, ensure_admin_token
 from service.client import TunehubClient
@@ -30,6 +28,7 @@ from service.schemas.worker import LeaseOut, LeaseRequest
 from service.settings import Settings
 from service.store.db import make_engine, make_sessionmaker
 from service.store.models import Lease, Measurement, Task
+from tests.service.conftest import LiveService
 from tuner.backends.base import Backend
 from tuner.backends.cuda_devices import (
     CudaDeviceEntry,
@@ -40,7 +39,6 @@ from tuner.backends.cuda_devices import (
 from tuner.errors import InvalidRequestError
 from tuner.types import BenchResult, EngineConfig, TuneRequest, Variant
 
-START_TIMEOUT_S = 30.0
 JOB_TIMEOUT_S = 240.0
 #: six shapes of one op: every slot wants the same variants (one compile serves every shape)
 PROBLEMS = [{"m": m, "k": k, "kind": "sum"} for m in (64, 128, 256) for k in (2048, 4096)]
@@ -60,22 +58,11 @@ def live(settings: Settings) -> Iterator[Live]:
     settings.ensure_dirs()
     admin = ensure_admin_token(settings).read_text().strip()
     worker = create_token_in_db(settings.database_url, "slots-worker", ["worker"])
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, name="live-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            pytest.fail("the live server did not start", pytrace=False)
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
+    service = LiveService(settings).start()
     try:
-        yield Live(f"http://127.0.0.1:{port}", settings, admin, worker)
+        yield Live(service.url, settings, admin, worker)
     finally:
-        server.should_exit = True
-        thread.join(timeout=10.0)
+        service.stop()
 
 
 @pytest.fixture(scope="module")

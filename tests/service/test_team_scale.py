@@ -50,13 +50,11 @@ from service.store.models import (
 )
 from service.store.results import pick_winner
 from service.store.tokens import create_token
+from tests.conftest import PG_ADMIN_URL, pg_admin_connect
 from tuner import winner as winner_rule
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
-PG_ADMIN_URL = os.environ.get(
-    "TUNEHUB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
 #: short leases, so that a killed worker's task is queued again within seconds
 LEASE_SECONDS = 3
 START_TIMEOUT_S = 60.0
@@ -201,31 +199,18 @@ def _until(what: str, condition: Callable[[], Any], timeout_s: float, procs: lis
 # -- databases ------------------------------------------------------------------------------
 
 
-def _pg_admin() -> psycopg.Connection:
-    url = make_url(PG_ADMIN_URL)
-    return psycopg.connect(
-        host=url.host or "127.0.0.1",
-        port=url.port or 5432,
-        user=url.username or "postgres",
-        password=url.password,
-        dbname=url.database or "postgres",
-        autocommit=True,
-        connect_timeout=10,
-    )
-
-
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
     """A private, migrated PostgreSQL database for this module's processes."""
     name = f"tunehub_team_{uuid.uuid4().hex[:12]}"
-    with _pg_admin() as admin:
+    with pg_admin_connect() as admin:
         admin.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]
     url = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
     try:
         upgrade(url)
         yield url
     finally:
-        with _pg_admin() as admin:
+        with pg_admin_connect() as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[arg-type]
 
 

@@ -1,4 +1,4 @@
-"""Shared pieces of the CPU backend tests: a quick config and the deliberately broken space."""
+"""Shared pieces of the CPU backend tests: a quick config, a module's backend, the broken space."""
 
 from __future__ import annotations
 
@@ -6,13 +6,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from tuner.backends.cpu import CpuBackend
 from tuner.spaces.base import Params, VariantSpace
 from tuner.types import EngineConfig
 
-__all__ = ["BROKEN_ROOT", "BrokenSpace", "quick_config"]
+__all__ = ["BROKEN_ROOT", "RENDER_FLAGS", "BrokenSpace", "module_backend", "quick_config"]
 
 #: root for render_variant(..., root=BROKEN_ROOT): templates are "broken/<mode>.cpp.j2"
 BROKEN_ROOT = str(Path(__file__).resolve().parent)
+
+#: the flags the space tests render with (fixed, so that variant ids are comparable)
+RENDER_FLAGS = ("-O3", "-march=native", "-std=c++17", "-fno-math-errno")
 
 
 def quick_config(cache_dir: Path, **overrides: Any) -> EngineConfig:
@@ -29,6 +35,15 @@ def quick_config(cache_dir: Path, **overrides: Any) -> EngineConfig:
     }
     values.update(overrides)
     return EngineConfig(**values)
+
+
+def module_backend(
+    tmp_path_factory: pytest.TempPathFactory, cache_name: str, **overrides: Any
+) -> Iterator[CpuBackend]:
+    """Body of a module-scoped ``backend`` fixture: one quick_config backend, closed at the end."""
+    backend = CpuBackend(quick_config(tmp_path_factory.mktemp(cache_name), **overrides))
+    yield backend
+    backend.close()
 
 
 class BrokenSpace(VariantSpace):

@@ -7,13 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.tuner.cpu_helpers import module_backend
 from tuner.backends.cpu import CpuBackend
 from tuner.errors import InvalidRequestError
 from tuner.problems import Conv2dProblem, GemmProblem
 from tuner.render import render_variant
 from tuner.spaces.base import Params
 from tuner.spaces.cpu_conv2d import C_BLOCKS, CpuConv2dSpace
-from tuner.types import EngineConfig, Outcome, TuneRequest
+from tuner.types import Outcome, TuneRequest
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -71,16 +72,15 @@ def test_every_variant_renders_for_every_dtype() -> None:
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuBackend]:
-    config = EngineConfig(
-        cache_dir=str(tmp_path_factory.mktemp("conv-cache")),
+    # fewer, shorter timings than quick_config's: these modules check outputs, not speed
+    yield from module_backend(
+        tmp_path_factory,
+        "conv-cache",
         bench_seconds=0.005,
         warmup_seconds=0.0,
         min_reps=2,
         max_reps=5,
     )
-    cpu = CpuBackend(config)
-    yield cpu
-    cpu.close()
 
 
 SHAPES = [

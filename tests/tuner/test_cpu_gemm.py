@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.tuner.cpu_helpers import module_backend
 from tuner.backends.cpu import CpuBackend
 from tuner.engine import candidate_params, tune
 from tuner.errors import InvalidRequestError
@@ -15,7 +16,7 @@ from tuner.problems import GemmProblem, ReduceProblem
 from tuner.render import render_variant
 from tuner.spaces.base import Params
 from tuner.spaces.cpu_gemm import GEMM_LAYOUTS, MAX_TILE_FLOATS_AVX2, CpuGemmSpace
-from tuner.types import Budget, EngineConfig, Outcome, TuneRequest
+from tuner.types import Budget, Outcome, TuneRequest
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -94,16 +95,15 @@ def test_every_variant_renders_for_every_dtype_and_layout() -> None:
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuBackend]:
-    config = EngineConfig(
-        cache_dir=str(tmp_path_factory.mktemp("gemm-cache")),
+    # fewer, shorter timings than quick_config's: these modules check outputs, not speed
+    yield from module_backend(
+        tmp_path_factory,
+        "gemm-cache",
         bench_seconds=0.005,
         warmup_seconds=0.0,
         min_reps=2,
         max_reps=5,
     )
-    cpu = CpuBackend(config)
-    yield cpu
-    cpu.close()
 
 
 # ragged everywhere (not multiples of any tile or block), a 1x1x1, and one k over two KC blocks

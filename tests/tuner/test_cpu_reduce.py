@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tuner.cpu_helpers import quick_config
+from tests.tuner.cpu_helpers import RENDER_FLAGS, module_backend
 from tuner.backends.cpu import CpuBackend
 from tuner.errors import InvalidRequestError
 from tuner.problems import ReduceProblem, SoftmaxProblem
@@ -17,14 +17,12 @@ from tuner.spaces.cpu_reduce import CpuReduceSpace
 from tuner.types import Outcome, TuneRequest
 
 SPACE = CpuReduceSpace()
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-fno-math-errno")
+FLAGS = RENDER_FLAGS
 
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuBackend]:
-    b = CpuBackend(quick_config(tmp_path_factory.mktemp("reduce-cache")))
-    yield b
-    b.close()
+    yield from module_backend(tmp_path_factory, "reduce-cache")
 
 
 def test_enumeration_is_stable_and_unique() -> None:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.tuner.cpu_helpers import quick_config
+from tests.tuner.cpu_helpers import RENDER_FLAGS, module_backend
 from tuner.backends.cpu import CpuBackend
 from tuner.errors import InvalidRequestError
 from tuner.problems import SoftmaxProblem
@@ -15,14 +15,12 @@ from tuner.spaces.cpu_softmax import ALGORITHMS, CpuSoftmaxSpace
 from tuner.types import Outcome, TuneRequest
 
 SPACE = CpuSoftmaxSpace()
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-fno-math-errno")
+FLAGS = RENDER_FLAGS
 
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuBackend]:
-    b = CpuBackend(quick_config(tmp_path_factory.mktemp("softmax-cache")))
-    yield b
-    b.close()
+    yield from module_backend(tmp_path_factory, "softmax-cache")
 
 
 def test_enumeration_covers_both_algorithms() -> None:

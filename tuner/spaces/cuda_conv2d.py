@@ -42,7 +42,8 @@ from tuner.spaces._cutlass_common import (
     sm_number,
 )
 from tuner.spaces._sm90_gemm_estimate import DEFAULT_SM_COUNT
-from tuner.spaces.base import Params, VariantSpace
+from tuner.spaces._vendor_discovery import VendorDiscoverySpace
+from tuner.spaces.base import Params
 
 __all__ = ["CudaConv2dSpace", "DEFAULT_MAX_VARIANTS", "LIBRARIES"]
 
@@ -87,7 +88,7 @@ def _smem_limit(sm: int) -> int:
     return SM90_SMEM_BYTES if sm >= 90 else sm80_class_smem_bytes(sm)
 
 
-class CudaConv2dSpace(VariantSpace):
+class CudaConv2dSpace(VendorDiscoverySpace):
     op = "conv2d"
     backend = "cuda"
     template = "cuda/conv2d.cu.j2"
@@ -96,6 +97,9 @@ class CudaConv2dSpace(VariantSpace):
     discovery_params: Params = dnn.DISCOVERY_PARAMS
     #: how many engine configs discovery keeps
     requested_algos: int = dnn.REQUESTED_CONFIGS
+    vendor_library = "cudnn"
+    vendor_configs = "cuDNN engine configs"
+    vendor = dnn
     #: the vendor library the discovered variants call (toolchain key, build flags)
     discovery_library = "cudnn"
     #: SMs that ``order`` fills (H100 SXM / H200 by default)
@@ -162,16 +166,6 @@ class CudaConv2dSpace(VariantSpace):
         if params["family"] == dnn.FAMILY:
             context["knob_pairs"] = dnn.knobs(params)
         return context
-
-    def discovered_reason(self, params: Params, dtype: str, layout: str, arch: str) -> str | None:
-        if params.get("library") != "cudnn":
-            return "only cuDNN engine configs are discovered; other params come from enumerate"
-        self.enumerate(dtype, layout, arch)  # InvalidRequestError for a dtype/layout/arch it lacks
-        return dnn.invalid_reason({k: v for k, v in params.items() if k != "library"})
-
-    def from_discovery(self, found: list[dict[str, Any]]) -> list[Params]:
-        """cuDNN params from the discovery build's answer, vendor default first."""
-        return [{"library": "cudnn", **p} for p in dnn.params_from_discovery(found)]
 
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
         if not isinstance(problem, Conv2dProblem):

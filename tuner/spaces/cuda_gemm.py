@@ -45,7 +45,8 @@ from tuner.spaces._cutlass_common import (
     sm_number,
 )
 from tuner.spaces._sm90_gemm_estimate import DEFAULT_SM_COUNT, estimate_sm90_seconds
-from tuner.spaces.base import Params, VariantSpace
+from tuner.spaces._vendor_discovery import VendorDiscoverySpace
+from tuner.spaces.base import Params
 
 __all__ = ["CudaGemmSpace", "DEFAULT_MAX_VARIANTS", "SM90_SEEDS", "LIBRARIES"]
 
@@ -254,7 +255,7 @@ def _sm80_params(sm: int) -> list[Params]:
     return sorted(out, key=rank)
 
 
-class CudaGemmSpace(VariantSpace):
+class CudaGemmSpace(VendorDiscoverySpace):
     """GEMM on CUDA through CUTLASS; the template follows the arch (see ``template_for``)."""
 
     op = "gemm"
@@ -265,6 +266,9 @@ class CudaGemmSpace(VariantSpace):
     discovery_params: Params = lt.DISCOVERY_PARAMS
     #: how many algorithms discovery asks the vendor heuristic for
     requested_algos: int = lt.REQUESTED_ALGOS
+    vendor_library = "cublaslt"
+    vendor_configs = "cuBLASLt algorithms"
+    vendor = lt
     default_max_variants = DEFAULT_MAX_VARIANTS
     #: SMs that ``order`` fills (H100 SXM / H200 by default; pass the device's count if known)
     sm_count: int = DEFAULT_SM_COUNT
@@ -295,16 +299,6 @@ class CudaGemmSpace(VariantSpace):
         if family == skinny.FAMILY:
             return skinny.TEMPLATE
         return self.template if family == "sm90" else self.sm80_template
-
-    def discovered_reason(self, params: Params, dtype: str, layout: str, arch: str) -> str | None:
-        if params.get("library") != "cublaslt":
-            return "only cuBLASLt algorithms are discovered; other params come from enumerate"
-        self.enumerate(dtype, layout, arch)  # InvalidRequestError for a dtype/layout/arch it lacks
-        return lt.invalid_reason({k: v for k, v in params.items() if k != "library"})
-
-    def from_discovery(self, found: list[dict[str, Any]]) -> list[Params]:
-        """cuBLASLt params from the discovery build's answer, vendor default first."""
-        return [{"library": "cublaslt", **p} for p in lt.params_from_discovery(found)]
 
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
         if not isinstance(problem, GemmProblem):

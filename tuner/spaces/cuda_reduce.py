@@ -43,8 +43,7 @@ class CudaReduceSpace(VariantSpace):
     ) -> list[Params]:
         """Widest pack first; the split rows first with few rows, last otherwise."""
         m = int(getattr(problem, "m"))  # noqa: B009
-        ranked = [{**p, "_rank": split_rank(p, m)} for p in candidates]
-        return [{k: v for k, v in p.items() if k != "_rank"} for p in widest_first(ranked, "_rank")]
+        return widest_first(candidates, lambda p: split_rank(p, m))
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
         return f"reduce_{dtype}_p{params['pack']}_{mapping_label(params)}_t{params['threads']}"

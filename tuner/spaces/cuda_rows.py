@@ -9,7 +9,8 @@ validated ints and enums leave this module.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from tuner.problems import Problem
 from tuner.reference import ELEMENT_SIZE
@@ -109,10 +110,10 @@ def prune_row_mapping(params: Params, problem: Problem, layout: str) -> str | No
     return None
 
 
-def widest_first(candidates: list[Params], *keys: str) -> list[Params]:
+def widest_first(candidates: list[Params], rank: Callable[[Params], Any]) -> list[Params]:
     """Candidates with the widest vector access first (a capped search sees them first; every
-    pack runs at every k), then by ``keys`` of the caller, then in enumeration order."""
-    return sorted(candidates, key=lambda p: (-int(p["pack"]), *(p[key] for key in keys)))
+    pack runs at every k), then by the caller's ``rank``, then in enumeration order."""
+    return sorted(candidates, key=lambda p: (-int(p["pack"]), rank(p)))
 
 
 def split_rank(params: Params, m: int) -> int:

@@ -171,9 +171,7 @@ class CudaSoftmaxSpace(VariantSpace):
                 weight = 1 if p["mode"] in ("pipe", "smem") else 4
             return first, weight, split, MODES.index(p["mode"])
 
-        ranked = [{**p, "_rank": rank(p)} for p in candidates]
-        ordered = widest_first(ranked, "_rank")
-        return [{key: v for key, v in p.items() if key != "_rank"} for p in ordered]
+        return widest_first(candidates, rank)
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
         return (
