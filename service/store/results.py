@@ -62,6 +62,39 @@ def pick_winner(
     )
 
 
+def replaces_stored(session: Session, current: Measurement | None, candidate: Measurement) -> bool:
+    """Whether ``candidate`` (outcome ok) replaces the stored winner ``current`` by
+    tuner.winner's rule: against the incumbent as the candidate's own task measured it, when it
+    did (its median, its confirmation rounds and CPU share), else as stored."""
+    current_median = current.median_us if current is not None else None
+    again = None  # the incumbent measured again by the candidate's own task, if it was
+    if current is not None and candidate.task_id is not None:
+        again = session.scalars(
+            select(Measurement)
+            .where(
+                Measurement.task_id == candidate.task_id,
+                Measurement.variant_id == current.variant_id,
+                Measurement.device_id == candidate.device_id,
+                Measurement.toolchain_id == candidate.toolchain_id,
+            )
+            .order_by(Measurement.id.desc())
+        ).first()
+    reference = winner_rule.incumbent_reference(
+        current_median,
+        None if again is None else (again.outcome == "ok" and again.median_us is not None),
+        again.median_us if again is not None else None,
+    )
+    assert candidate.median_us is not None
+    # rounds only where the incumbent was timed in the candidate's own job (else medians)
+    return winner_rule.replaces_incumbent(
+        reference,
+        candidate.median_us,
+        incumbent_rounds=winner_rule.rounds_of(again.provenance) if again is not None else (),
+        candidate_rounds=winner_rule.rounds_of(candidate.provenance),
+        incumbent_cpu_share=winner_rule.cpu_share_of(again.provenance) if again else None,
+    )
+
+
 def upsert_best(session: Session, candidate: Measurement) -> UpsertOutcome:
     """Make ``candidate`` (outcome ok) the best config of its key unless the current one is
     within TIE_BAND of it or faster: measured by the candidate's own task when it was
@@ -86,33 +119,7 @@ def upsert_best(session: Session, candidate: Measurement) -> UpsertOutcome:
     if best.measurement_id == candidate.id:
         return "inserted"
     current = session.get(Measurement, best.measurement_id)
-    current_median = current.median_us if current is not None else None
-    again = None  # the incumbent measured again by the candidate's own task, if it was
-    if current is not None and candidate.task_id is not None:
-        again = session.scalars(
-            select(Measurement)
-            .where(
-                Measurement.task_id == candidate.task_id,
-                Measurement.variant_id == current.variant_id,
-                Measurement.device_id == candidate.device_id,
-                Measurement.toolchain_id == candidate.toolchain_id,
-            )
-            .order_by(Measurement.id.desc())
-        ).first()
-    reference = winner_rule.incumbent_reference(
-        current_median,
-        None if again is None else (again.outcome == "ok" and again.median_us is not None),
-        again.median_us if again is not None else None,
-    )
-    assert candidate.median_us is not None
-    # rounds only where the incumbent was timed in the candidate's own job (else medians)
-    if winner_rule.replaces_incumbent(
-        reference,
-        candidate.median_us,
-        incumbent_rounds=winner_rule.rounds_of(again.provenance) if again is not None else (),
-        candidate_rounds=winner_rule.rounds_of(candidate.provenance),
-        incumbent_cpu_share=winner_rule.cpu_share_of(again.provenance) if again else None,
-    ):
+    if replaces_stored(session, current, candidate):
         best.measurement_id = candidate.id
         best.updated_at = now
         best.confirmed = False  # until a second worker re-measures the new winner

@@ -48,10 +48,9 @@ from service.store.models import (
     Variant,
     Worker,
 )
-from service.store.results import pick_winner
+from service.store.results import pick_winner, replaces_stored
 from service.store.tokens import create_token
 from tests.conftest import PG_ADMIN_URL, pg_admin_connect
-from tuner import winner as winner_rule
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
@@ -412,24 +411,8 @@ def test_each_winner_follows_the_store_rule_like_a_single_worker(team: Team) -> 
 
 
 def _expected_best(session: Session, incumbent: Measurement, candidate: Measurement) -> Measurement:
-    """The best config tuner.winner's replacement rule keeps: the candidate only when it is
-    more than the tie band faster than the incumbent, as timed by the candidate's own task
-    when that task measured the incumbent's variant too, else as stored."""
-    again = session.scalars(
-        select(Measurement).where(
-            Measurement.task_id == candidate.task_id,
-            Measurement.variant_id == incumbent.variant_id,
-        )
-    ).first()
-    reference = winner_rule.incumbent_reference(
-        incumbent.median_us,
-        None if again is None else (again.outcome == "ok" and again.median_us is not None),
-        again.median_us if again is not None else None,
-    )
-    assert candidate.median_us is not None
-    return (
-        candidate if winner_rule.replaces_incumbent(reference, candidate.median_us) else incumbent
-    )
+    """The best config the store's one replacement rule keeps (service.store.results)."""
+    return candidate if replaces_stored(session, incumbent, candidate) else incumbent
 
 
 def test_best_configs_follow_the_upsert_rule_over_both_runs(team: Team) -> None:
