@@ -14,6 +14,7 @@ from service.schemas.configs import MAX_NEAREST_DISTANCE
 from service.settings import Settings, get_settings
 from tuner.problems import DTYPES
 from tuner.registry import BACKENDS, STRATEGIES
+from tuner.types import Objective
 
 __all__ = [
     "ADMIN_TOKEN_FILE",
@@ -32,6 +33,8 @@ __all__ = [
     "MaxSecondsOpt",
     "BackendOpt",
     "SeedOpt",
+    "ObjectiveOpt",
+    "OBJECTIVES",
     "DeviceOpt",
     "DimOpt",
     "MaxDistanceOpt",
@@ -74,6 +77,15 @@ MaxVariantsOpt = Annotated[
 MaxSecondsOpt = Annotated[float | None, typer.Option("--max-seconds", help="Seconds per problem.")]
 BackendOpt = Annotated[str, typer.Option("--backend", help=f"One of {', '.join(BACKENDS)}.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of random and model-guided search.")]
+#: what a job minimises (tuner.types.Objective)
+OBJECTIVES: tuple[Objective, ...] = ("time", "energy")
+ObjectiveOpt = Annotated[
+    str,
+    typer.Option(
+        "--objective",
+        help="time, or energy: joules per launch from NVML (GPU backends only).",
+    ),
+]
 DeviceOpt = Annotated[
     str | None,
     typer.Option("--device", help="A backend (cpu, cuda), a device key or part of a device name."),

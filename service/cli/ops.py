@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from service.cli.common import (
+    OBJECTIVES,
     BackendOpt,
     DeviceOpt,
     DimOpt,
@@ -18,6 +19,7 @@ from service.cli.common import (
     MaxDistanceOpt,
     MaxSecondsOpt,
     MaxVariantsOpt,
+    ObjectiveOpt,
     SeedOpt,
     ServerOpt,
     StrategyOpt,
@@ -62,6 +64,7 @@ def run_tune(
     max_variants: int | None = None,
     max_seconds: float | None = None,
     seed: int = 0,
+    objective: str = "time",
     console: Console = stdout,
 ) -> int:
     """Submit one problem, draw progress until the job ends, print candidates and winner.
@@ -69,6 +72,7 @@ def run_tune(
     Returns the exit status: 0 when a winner was found, 1 otherwise."""
     check_choice("dtype", dtype, DTYPES)
     check_choice("strategy", strategy, list(STRATEGIES))
+    check_choice("objective", objective, list(OBJECTIVES))
     check_choice("backend", backend, list(BACKENDS))
     if layout is not None:
         check_choice(f"layout of {op}", layout, LAYOUTS[op])
@@ -83,6 +87,7 @@ def run_tune(
             "strategy": strategy,
             "budget": {"max_variants": max_variants, "max_seconds": max_seconds},
             "seed": seed,
+            "objective": objective,
         }
     )
     job_id = client.submit_job(request).id
@@ -127,6 +132,7 @@ def _tune_command(
     max_variants: int | None,
     max_seconds: float | None,
     seed: int,
+    objective: str,
     server: str | None,
     token: str | None,
 ) -> None:
@@ -142,6 +148,7 @@ def _tune_command(
             max_variants=max_variants,
             max_seconds=max_seconds,
             seed=seed,
+            objective=objective,
         )
     raise typer.Exit(code)
 
@@ -228,6 +235,7 @@ _TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("max_seconds", MaxSecondsOpt, None),
     ("backend", BackendOpt, "cpu"),
     ("seed", SeedOpt, 0),
+    ("objective", ObjectiveOpt, "time"),
     ("server", ServerOpt, None),
     ("token", TokenOpt, None),
 )

@@ -77,6 +77,7 @@ def one_error_line(err: str) -> str:
             "empty output",
         ),
         (["tune", "reduce", "--m", "8", "--k", "8", "--strategy", "magic"], "strategy"),
+        (["tune", "reduce", "--m", "8", "--k", "8", "--objective", "watts"], "objective"),
         (["tune", "transpose", "--m", "8"], "No such command 'transpose'"),
         (["frobnicate"], "No such command 'frobnicate'"),
         (["best", "softmax", "--m", "-3", "--k", "8"], "m: must be >= 1"),

@@ -137,3 +137,17 @@ def test_the_demo_keeps_its_compile_cache_in_its_data_dir(
     assert Path(settings.data_dir) == data_dir
     readme = (REPO / "README.md").read_text()
     assert "`./.tunehub-demo/cache`" in readme
+
+
+def test_an_energy_job_on_the_cpu_backend_is_refused_in_one_line(
+    live_server: LiveServer,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    server = ["--server", live_server.url, "--token", live_server.admin_token]
+    args = ["tune", "reduce", "--m", "64", "--k", "2048", "--objective", "energy", *server]
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert "energy counter" in err and "objective" in err, err
+    assert "Traceback" not in err
