@@ -29,12 +29,6 @@ def _middleware(api: Any) -> CachedLookupMiddleware:
     return layer
 
 
-def _on_sqlite(api: Any) -> bool:
-    # PostgreSQL's change signal is server-wide: other databases' writes (other test runs on
-    # the same server) may start the cache over, so hits are asserted on SQLite only
-    return bool(api.client.app.state.settings.is_sqlite)
-
-
 @contextmanager
 def _statements(api: Any) -> Iterator[list[str]]:
     """The SQL statements the app's engine runs inside the block (none on a cache hit)."""
@@ -71,7 +65,7 @@ def test_a_cached_answer_is_the_routes_answer_byte_for_byte(api: Any) -> None:
         with _statements(api) as cached:
             second = api.best(**params)  # a hit: replayed, no statement
         assert first.status_code == 200 and routed
-        assert not cached or not _on_sqlite(api)
+        assert not cached
         assert first.json()["exact"] is (params is EXACT)
         _same(first, second)
     etag = api.best(**EXACT).headers["etag"]
@@ -84,7 +78,7 @@ def test_a_cached_answer_is_the_routes_answer_byte_for_byte(api: Any) -> None:
             api.best(**EXACT)
         with _statements(api) as cached:
             second = api.client.get("/v1/configs/best", params=EXACT, headers=headers)
-        assert routed and (not cached or not _on_sqlite(api))
+        assert routed and not cached
         assert first.status_code == (200 if tag == '"x"' else 304)
         _same(first, second)
 
@@ -94,7 +88,7 @@ def test_the_same_query_in_another_parameter_order_is_the_same_answer(api: Any) 
     first = api.client.get("/v1/configs/best?op=gemm&dtype=f16&m=256&n=256&k=256")
     with _statements(api) as cached:
         second = api.client.get("/v1/configs/best?k=256&n=256&m=256&dtype=f16&op=gemm")
-    assert first.status_code == 200 and (not cached or not _on_sqlite(api))
+    assert first.status_code == 200 and not cached
     _same(first, second)
     repeated = api.client.get("/v1/configs/best?op=gemm&dtype=f16&m=256&n=256&k=256&m=256")
     assert repeated.status_code == 422  # a repeated dim is the route's error, never kept
@@ -140,7 +134,7 @@ def test_tokens_are_checked_by_the_route_even_when_an_answer_is_kept(api: Any) -
     with _statements(api) as cached:  # the route accepted this token: now a kept answer
         again = api.client.get("/v1/configs/best", params=EXACT, headers=api.harness.read)
     _same(read, again)
-    assert not cached or not _on_sqlite(api)
+    assert not cached
     for other in ({"Authorization": "Basic dXNlcjpwYXNz"}, {"Authorization": "Bearer"}, bad):
         refused = api.client.get("/v1/configs/best", params=EXACT, headers=other)
         assert refused.status_code == 401, other
