@@ -34,15 +34,19 @@ FUNCTION = "tunehub_note_change"
 TRIGGER = "tunehub_note_change"
 LOCK_KEY = 8391734862498062881  # b"tunehub!" as a big-endian int64: tunehub's advisory key
 #: every table a cached lookup answer or a read token check reads, and the writes that count.
-#: A new measurement row is reachable only through a best_configs row, whose write is counted,
-#: so inserting measurements (every upload) does not start the cache over.
+#: An answer reaches measurements, variants, devices and toolchains only through a best_configs
+#: row, so a row inserted there (every upload inserts its measurements and, ignoring conflicts,
+#: its variants, device and toolchain) changes no answer until a best_configs write, which
+#: counts; changing or removing one of them does.
+_ALL = "INSERT OR UPDATE OR DELETE OR TRUNCATE"
+_CHANGED = "UPDATE OR DELETE OR TRUNCATE"
 WATCHED: dict[str, str] = {
-    "best_configs": "INSERT OR UPDATE OR DELETE OR TRUNCATE",
-    "measurements": "UPDATE OR DELETE OR TRUNCATE",
-    "variants": "INSERT OR UPDATE OR DELETE OR TRUNCATE",
-    "devices": "INSERT OR UPDATE OR DELETE OR TRUNCATE",
-    "toolchains": "INSERT OR UPDATE OR DELETE OR TRUNCATE",
-    "api_tokens": "INSERT OR UPDATE OR DELETE OR TRUNCATE",
+    "best_configs": _ALL,
+    "api_tokens": _ALL,
+    "measurements": _CHANGED,
+    "variants": _CHANGED,
+    "devices": _CHANGED,
+    "toolchains": _CHANGED,
 }
 
 

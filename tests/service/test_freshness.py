@@ -135,3 +135,21 @@ def test_a_lookup_after_another_databases_write_is_still_a_cache_hit(
         answer = api.best(**EXACT)
     assert answer.status_code == 200 and answer.json()["variant_name"] == "a"
     assert not seen  # replayed from the cache: the other database's write did not empty it
+
+
+@POSTGRESQL_ONLY
+def test_rows_no_answer_reaches_yet_leave_the_signal_alone(
+    database_url: str, signal: ChangeSignal
+) -> None:
+    _commit_a_best_config(database_url, "a")
+    before = signal.current()
+    with _connect(database_url) as writer:  # what an upload writes before its winner, if any
+        writer.execute(
+            "INSERT INTO variants (id, op, name, params) VALUES ('sha-new', 'gemm', 'new', '{}')"
+        )
+        writer.commit()
+    assert signal.current() == before
+    with _connect(database_url) as writer:  # an answer's variant changed: counted
+        writer.execute("UPDATE variants SET params = '{\"x\": 1}' WHERE id = 'sha-new'")
+        writer.commit()
+    assert signal.current() != before
