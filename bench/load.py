@@ -18,6 +18,9 @@ Run from the repository root (needs ``wrk``: apt-get install wrk; PostgreSQL at
 TUNEHUB_BENCH_PG_URL, default postgresql+psycopg://postgres@127.0.0.1:5432/postgres):
 
     .venv/bin/python bench/load.py
+
+``--databases postgresql --merge`` re-measures only those rows and keeps the others (with the
+page's date) from the JSON already written; the page names what was re-measured when.
 """
 
 from __future__ import annotations
@@ -380,6 +383,12 @@ def render(results: list[dict], meta: dict) -> str:
         f"- Date: {meta['date']}; device: this development machine, {meta['machine']}, shared "
         f"with other engineers' work (load average {meta['load_before']} before, "
         f"{meta['load_after']} after).",
+        *(
+            f"- Re-measured {u['date']} (`{COMMAND} {u['args']}`, load average "
+            f"{u['load_before']} before, {u['load_after']} after): the {u['rows']} rows; "
+            "the other rows are from the date above."
+            for u in meta.get("updates", [])
+        ),
         f"- Command: `{COMMAND}` (figures also in `{meta['json']}`).",
         f"- Server: one `uvicorn` process (`{meta['uvicorn']}`, loop and HTTP parser "
         f"`auto`: {meta['stack']}), no access log; SQLite in WAL mode; PostgreSQL on "
@@ -491,6 +500,27 @@ def _verdicts(results: list[dict]) -> list[str]:
     return out
 
 
+def _merged(
+    saved: dict, fresh: list[dict], meta: dict, argv: list[str] | None
+) -> tuple[list[dict], dict]:
+    """The saved rows with the freshly measured (database, size) rows put in their place, and
+    the saved page's metadata plus a note of this update."""
+    by_key = {(r["database"], r["best_configs"]): r for r in fresh}
+    results = [by_key.pop((r["database"], r["best_configs"]), r) for r in saved["results"]]
+    results += by_key.values()
+    rows = ", ".join(f"{r['database']} {r['best_configs']:,}" for r in fresh)
+    update = {
+        "date": meta["date"],
+        "args": " ".join(sys.argv[1:] if argv is None else argv),
+        "rows": rows,
+        "load_before": meta["load_before"],
+        "load_after": meta["load_after"],
+    }
+    merged_meta = {**saved["meta"], "json": meta["json"]}
+    merged_meta["updates"] = [*saved["meta"].get("updates", []), update]
+    return results, merged_meta
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--seconds", type=float, default=5.0, help="each wrk run")
@@ -500,6 +530,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument(
         "--from-json", type=Path, help="re-render the page from a JSON this script wrote"
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="replace only the measured (database, size) rows of the JSON already written",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -536,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": args.repeats,
         "json": json_path.relative_to(REPO) if json_path.is_relative_to(REPO) else json_path,
     }
+    if args.merge and json_path.exists():
+        results, meta = _merged(json.loads(json_path.read_text()), results, meta, argv)
     json_path.write_text(
         json.dumps({"meta": {**meta, "json": str(meta["json"])}, "results": results}, indent=1)
     )

@@ -27,8 +27,8 @@ On PostgreSQL the route's nearest-shape index may miss rows committed out of id 
 its recount (at most best_index.RECOUNT_SECONDS after the last one), so an answer kept within
 RECOUNT_SECONDS of the signal's change expires RECOUNT_SECONDS after it was kept; one kept
 later was derived from an index recounted after every commit the signal reflects, and stays.
-The signal is server-wide there: writes to other databases on the same server also start
-the cache over.
+The signal there counts writes to this database's tunehub tables only (migration 0006), and
+keeps nothing while one of them is in flight.
 """
 
 from __future__ import annotations

@@ -10,10 +10,15 @@ cached lookup and must cost microseconds):
 - SQLite: ``PRAGMA data_version``, which changes whenever another connection (of this
   process or any other) commits to the file. This connection never writes, so every commit
   anywhere is seen.
-- PostgreSQL: the text of ``pg_current_snapshot()`` (xmin, xmax and the transactions in
-  progress), which changes whenever any write transaction starts or commits. It covers the
-  whole server, so writes to other databases also count as changes (conservative, never
-  stale).
+- PostgreSQL: the sequence ``tunehub_change_seq``, which statement-level triggers on the
+  tables a lookup reads bump (migration 0006), so only writes to this database's tunehub
+  tables count (the server-wide ``pg_current_snapshot()`` used before moved on every other
+  database's writes too). A trigger bumps before its transaction commits, so it also holds a
+  shared transaction-level advisory lock until commit; the one query here tries that lock
+  exclusively (never waiting) and reads the value. Held by a writer: the value may count a
+  write not yet visible, so the token is a fresh object equal to nothing (nothing is kept
+  until the writer ends). Free: every bump counted belongs to a finished transaction, and
+  any later write bumps again before it can commit.
 
 A token says "something may have changed", never what: callers drop everything they derived.
 """
@@ -26,10 +31,16 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-__all__ = ["CONNECT_TIMEOUT_S", "ChangeSignal"]
+__all__ = ["CHANGE_LOCK_KEY", "CHANGE_SEQUENCE", "CONNECT_TIMEOUT_S", "ChangeSignal"]
 
 _SQLITE_QUERY = "PRAGMA data_version"
-_PG_QUERY = "SELECT pg_current_snapshot()::text"
+#: the sequence and the advisory lock key of migration 0006 (its own copies; a test checks
+#: they agree)
+CHANGE_SEQUENCE = "tunehub_change_seq"
+CHANGE_LOCK_KEY = 8391734862498062881  # b"tunehub!" as a big-endian int64
+_PG_QUERY = (
+    f"SELECT pg_try_advisory_xact_lock({CHANGE_LOCK_KEY}), last_value FROM {CHANGE_SEQUENCE}"
+)
 #: seconds to wait for a PostgreSQL connection before the lookup goes to the route instead
 CONNECT_TIMEOUT_S = 2
 
@@ -52,12 +63,13 @@ class ChangeSignal:
         import psycopg  # only where PostgreSQL is used
 
         conninfo = self._url.set(drivername="postgresql").render_as_string(hide_password=False)
-        # autocommit: an open transaction would pin the snapshot it is meant to watch; a
+        # autocommit: the query's advisory lock ends with it, and no transaction stays open; a
         # short connect timeout, since a lookup waits for it (then the route answers)
         return psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
 
     def current(self) -> object:
-        """A token that changes whenever a write was committed since the last one."""
+        """A token that changes whenever a write was committed since the last one (on
+        PostgreSQL, while a tunehub write is in flight, a token equal to no other)."""
         with self._lock:
             if self._connection is None:
                 self._connection = self._connect()
@@ -69,7 +81,11 @@ class ChangeSignal:
                 # a broken connection (server restart): reopen on the next call, fail this one
                 self._close_locked()
                 raise
+        if self.is_sqlite:
             return row[0]
+        settled, value = row
+        # a writer in flight: its bump may be counted before its rows are visible
+        return value if settled else object()
 
     def close(self) -> None:
         with self._lock:
