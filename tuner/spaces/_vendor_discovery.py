@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from tuner.spaces._sm90_gemm_estimate import DEFAULT_SM_COUNT
 from tuner.spaces.base import Params, VariantSpace
 
 __all__ = ["VendorConfigs", "VendorDiscoverySpace"]
@@ -28,6 +29,14 @@ class VendorDiscoverySpace(VariantSpace):
     #: what the vendor's configs are called, in the reason other params are refused
     vendor_configs: str
     vendor: VendorConfigs
+    #: SMs that ``order`` fills (H100 SXM / H200 by default; pass the device's count if known)
+    sm_count: int = DEFAULT_SM_COUNT
+
+    def __init__(self, sm_count: int | None = None) -> None:
+        if sm_count is not None:
+            if sm_count < 1:
+                raise ValueError(f"sm_count must be positive, not {sm_count}")
+            self.sm_count = sm_count
 
     def discovered_reason(self, params: Params, dtype: str, layout: str, arch: str) -> str | None:
         if params.get("library") != self.vendor_library:

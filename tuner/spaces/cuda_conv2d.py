@@ -41,7 +41,6 @@ from tuner.spaces._cutlass_common import (
     sm80_class_smem_bytes,
     sm_number,
 )
-from tuner.spaces._sm90_gemm_estimate import DEFAULT_SM_COUNT
 from tuner.spaces._vendor_discovery import VendorDiscoverySpace
 from tuner.spaces.base import Params
 
@@ -102,14 +101,6 @@ class CudaConv2dSpace(VendorDiscoverySpace):
     vendor = dnn
     #: the vendor library the discovered variants call (toolchain key, build flags)
     discovery_library = "cudnn"
-    #: SMs that ``order`` fills (H100 SXM / H200 by default)
-    sm_count: int = DEFAULT_SM_COUNT
-
-    def __init__(self, sm_count: int | None = None) -> None:
-        if sm_count is not None:
-            if sm_count < 1:
-                raise ValueError(f"sm_count must be positive, not {sm_count}")
-            self.sm_count = sm_count
 
     def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
         check_dtype(dtype, "conv2d")

@@ -44,7 +44,7 @@ from tuner.spaces._cutlass_common import (
     sm80_class_smem_bytes,
     sm_number,
 )
-from tuner.spaces._sm90_gemm_estimate import DEFAULT_SM_COUNT, estimate_sm90_seconds
+from tuner.spaces._sm90_gemm_estimate import estimate_sm90_seconds
 from tuner.spaces._vendor_discovery import VendorDiscoverySpace
 from tuner.spaces.base import Params
 
@@ -270,14 +270,6 @@ class CudaGemmSpace(VendorDiscoverySpace):
     vendor_configs = "cuBLASLt algorithms"
     vendor = lt
     default_max_variants = DEFAULT_MAX_VARIANTS
-    #: SMs that ``order`` fills (H100 SXM / H200 by default; pass the device's count if known)
-    sm_count: int = DEFAULT_SM_COUNT
-
-    def __init__(self, sm_count: int | None = None) -> None:
-        if sm_count is not None:
-            if sm_count < 1:
-                raise ValueError(f"sm_count must be positive, not {sm_count}")
-            self.sm_count = sm_count
 
     def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
         check_dtype(dtype, "gemm")
