@@ -16,6 +16,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.store.keys import same_best_key
 from service.store.models import BestConfig, Job, Measurement, Task, Variant, Worker
 
 __all__ = ["within_band", "refresh_confirmed", "refresh_key", "queue_confirmation"]
@@ -46,12 +47,7 @@ def refresh_confirmed(session: Session, best: BestConfig, tie_band: float) -> bo
         .join(Variant, Variant.id == Measurement.variant_id)
         .join(Worker, Worker.id == Measurement.worker_id)
         .where(
-            Measurement.op == best.op,
-            Measurement.dtype == best.dtype,
-            Measurement.layout == best.layout,
-            Measurement.problem_key == best.problem_key,
-            Measurement.device_id == best.device_id,
-            Measurement.toolchain_id == best.toolchain_id,
+            *same_best_key(Measurement, best),
             Measurement.outcome == "ok",
             Measurement.id != current.id,
             Variant.name == variant.name,

@@ -8,17 +8,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from service.store.models import Device, Toolchain, Variant
+from service.store.models import BEST_CONFIG_KEY, Device, Toolchain, Variant
 from tuner.types import Toolchain as ToolchainKey
 
 #: rows per INSERT, well under SQLite's bound-parameter limit
 _CHUNK = 500
 
-__all__ = ["insert_ignore", "device_row", "toolchain_row", "ensure_variants", "selector_matches"]
+__all__ = [
+    "insert_ignore",
+    "device_row",
+    "toolchain_row",
+    "ensure_variants",
+    "selector_matches",
+    "best_key",
+    "same_best_key",
+]
 
 
 def insert_ignore(session: Session, model: type[Any], rows: list[dict[str, Any]]) -> None:
@@ -98,3 +106,13 @@ def selector_matches(selector: dict[str, Any], backend: str, name: str, arch: st
         return False
     wanted_arch = selector.get("arch")
     return not wanted_arch or wanted_arch == arch
+
+
+def best_key(row: Any) -> dict[str, Any]:
+    """The best-config key of a measurement or best config row, as a dict."""
+    return {column: getattr(row, column) for column in BEST_CONFIG_KEY}
+
+
+def same_best_key(model: type[Any], row: Any) -> list[ColumnElement[bool]]:
+    """WHERE clauses: ``model``'s rows with the best-config key of ``row``."""
+    return [getattr(model, column) == value for column, value in best_key(row).items()]

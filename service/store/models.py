@@ -251,19 +251,13 @@ class Measurement(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+#: what makes two results "the same" (one best config each); measurements carry these columns too
+BEST_CONFIG_KEY = ("op", "dtype", "layout", "problem_key", "device_id", "toolchain_id")
+
+
 class BestConfig(Base):
     __tablename__ = "best_configs"
-    __table_args__ = (
-        UniqueConstraint(
-            "op",
-            "dtype",
-            "layout",
-            "problem_key",
-            "device_id",
-            "toolchain_id",
-            name="uq_best_configs_key",
-        ),
-    )
+    __table_args__ = (UniqueConstraint(*BEST_CONFIG_KEY, name="uq_best_configs_key"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     op: Mapped[str] = mapped_column(String(16))

@@ -18,6 +18,7 @@ from service.errors import Conflict, InvalidInput
 from service.schemas.worker import MeasurementIn, ResultsIn
 from service.store.confirm import queue_confirmation, refresh_key
 from service.store.keys import (
+    best_key,
     device_row,
     ensure_variants,
     insert_ignore,
@@ -99,14 +100,7 @@ def upsert_best(session: Session, candidate: Measurement) -> UpsertOutcome:
     """Make ``candidate`` (outcome ok) the best config of its key unless the current one is
     within TIE_BAND of it or faster: measured by the candidate's own task when it was
     (tuner.winner.incumbent_reference), else as stored."""
-    key = {
-        "op": candidate.op,
-        "dtype": candidate.dtype,
-        "layout": candidate.layout,
-        "problem_key": candidate.problem_key,
-        "device_id": candidate.device_id,
-        "toolchain_id": candidate.toolchain_id,
-    }
+    key = best_key(candidate)
     now = utcnow()
     before = session.scalar(select(BestConfig.id).filter_by(**key))
     if before is None:

@@ -8,6 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.schemas.common import FINISHED_STATUSES
+from service.store.keys import same_best_key
 from service.store.models import (
     BestConfig,
     Device,
@@ -159,14 +160,7 @@ def _kept_incumbents(
             select(Measurement, Variant)
             .join(BestConfig, BestConfig.measurement_id == Measurement.id)
             .join(Variant, Variant.id == Measurement.variant_id)
-            .where(
-                BestConfig.op == m.op,
-                BestConfig.dtype == m.dtype,
-                BestConfig.layout == m.layout,
-                BestConfig.problem_key == m.problem_key,
-                BestConfig.device_id == m.device_id,
-                BestConfig.toolchain_id == m.toolchain_id,
-            )
+            .where(*same_best_key(BestConfig, m))
         ).first()
         if row is not None and row[0].id != m.id:
             kept[m.id] = winner_dict(row[0], row[1])
