@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +33,23 @@ PG_ADMIN_URL = os.environ.get(
     "TUNEHUB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
 DATABASE_KINDS = ("sqlite", "postgresql")
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def spawn_cli(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """``python -m service.cli <args>`` in the background from the repository root, its
+    stdout and stderr written to ``log`` (tests that start real servers and workers)."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "service.cli", *args],
+            env=env,
+            cwd=REPO_ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
 
 
 def pg_admin_connect() -> psycopg.Connection:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,8 +13,7 @@ import httpx
 import pytest
 
 from service.cli.serve import free_port
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import spawn_cli
 
 
 def _serve_and_poll(tmp_path: Path, *extra: str) -> str:
@@ -29,15 +27,7 @@ def _serve_and_poll(tmp_path: Path, *extra: str) -> str:
     }
     args = ["serve", "--host", "127.0.0.1", "--port", str(port), "--no-local-worker", *extra]
     log = tmp_path / "serve.log"
-    with open(log, "wb") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", *args],
-            env=env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+    server = spawn_cli(args, env, log)
     try:
         deadline = time.monotonic() + 60
         while True:

@@ -19,7 +19,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -50,10 +49,9 @@ from service.store.models import (
 )
 from service.store.results import pick_winner, replaces_stored
 from service.store.tokens import create_token
-from tests.conftest import PG_ADMIN_URL, pg_admin_connect
+from tests.conftest import PG_ADMIN_URL, REPO_ROOT, pg_admin_connect, spawn_cli
 
 log = logging.getLogger(__name__)
-ROOT = Path(__file__).resolve().parents[2]
 #: short leases, so that a killed worker's task is queued again within seconds
 LEASE_SECONDS = 3
 START_TIMEOUT_S = 60.0
@@ -77,7 +75,9 @@ TEAM_PROBLEMS = REFERENCE_PROBLEMS + [
 
 def _env(**values: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEHUB_")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p
+    )
     env.update({f"TUNEHUB_{k.upper()}": v for k, v in values.items()})
     return env
 
@@ -128,15 +128,7 @@ class Processes:
 
     def spawn(self, name: str, args: list[str], env: dict[str, str]) -> Proc:
         log = self.tmp / f"{name}.log"
-        with open(log, "wb") as out:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "service.cli", *args],
-                env=env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
+        popen = spawn_cli(args, env, log)
         proc = Proc(name, popen, log)
         self.started.append(proc)
         return proc
