@@ -9,8 +9,13 @@ heuristic list, so a stored answer names the same kernel tomorrow and on another
 
 Which algorithms exist depends on the shape and the GPU, so they are found at tuning time:
 the backend builds the discovery variant (``DISCOVERY_PARAMS``, the same template) like any
-other, runs it in the harness, and turns its answer into params with :func:`params_from_discovery`
-(in the heuristic's order: the vendor's default, heuristic #0, first).
+other, runs it in the harness, and turns its answer into params with :func:`params_from_discovery`:
+the heuristic's algorithms in its order (the vendor's default, heuristic #0, first), then at most
+``EXTRA_ALGOS`` of the algorithms discovery enumerated beyond them (``cublasLtMatmulAlgoGetIds``
+and each algorithm's capabilities, every one passed by ``cublasLtMatmulAlgoCheck``), ranked by
+:mod:`tuner.spaces._cublaslt_extras`. Each answer item names its ``source`` (``heuristic`` or
+``enumerated``; an item without one is the heuristic's); params do not: the same attributes are
+the same kernel whoever found them.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tuner.spaces._cublaslt_extras import EXTRA_ALGOS, SOURCE_HEURISTIC, rank_extras
 from tuner.spaces.base import Params
 
 __all__ = [
@@ -27,6 +33,7 @@ __all__ = [
     "TEMPLATE",
     "ATTRIBUTES",
     "REQUESTED_ALGOS",
+    "EXTRA_ALGOS",
     "params_from_discovery",
     "invalid_reason",
     "name",
@@ -68,17 +75,32 @@ def invalid_reason(params: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _params(item: Mapping[str, Any]) -> Params:
+    return {"family": FAMILY, **{key: item.get(key) for key in ATTRIBUTES}}
+
+
+def _key(params: Params) -> tuple[Any, ...]:
+    return tuple(params[k] for k in ATTRIBUTES)
+
+
 def params_from_discovery(found: Iterable[Mapping[str, Any]]) -> list[Params]:
-    """Well-formed, distinct params from the discovery answer, in its order."""
-    out: list[Params] = []
-    seen: set[tuple[int, ...]] = set()
-    for item in found:
-        params: Params = {"family": FAMILY, **{key: item.get(key) for key in ATTRIBUTES}}
-        key = tuple(params[k] for k in ATTRIBUTES)
-        if invalid_reason(params) is None and key not in seen:
-            seen.add(key)
-            out.append(params)
-    return out
+    """Well-formed, distinct params from the discovery answer: the heuristic's in its order,
+    then at most ``EXTRA_ALGOS`` enumerated ones that are none of them, best ranked first."""
+    heuristic: list[Mapping[str, Any]] = []
+    extras: list[Mapping[str, Any]] = []
+    seen: set[tuple[Any, ...]] = set()
+    items = list(found)
+    for from_heuristic in (True, False):
+        for item in items:
+            if (item.get("source", SOURCE_HEURISTIC) == SOURCE_HEURISTIC) != from_heuristic:
+                continue
+            params = _params(item)
+            if invalid_reason(params) is not None or _key(params) in seen:
+                continue
+            seen.add(_key(params))
+            (heuristic if from_heuristic else extras).append(item)
+    ranked = rank_extras(heuristic, extras, EXTRA_ALGOS)
+    return [_params(item) for item in [*heuristic, *ranked]]
 
 
 def name(params: Params, dtype: str, layout: str) -> str:
