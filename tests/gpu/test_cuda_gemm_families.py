@@ -16,6 +16,7 @@ from tuner.engine import tune
 from tuner.problems import GemmProblem
 from tuner.registry import load_space
 from tuner.render import render_variant
+from tuner.spaces import cuda_gemm_cublaslt as lt
 from tuner.types import Budget, Outcome, TuneRequest
 
 pytestmark = GPU_MARKS
@@ -64,6 +65,51 @@ def test_discovered_cublaslt_algorithms_verify(
         assert result.outcome == Outcome.OK, (result.variant_name, result.log)
         assert result.timing is not None and result.timing.median_us > 0
         assert "cublaslt algo=" in result.provenance["harness_describe"]
+
+
+def _enumerated_sample(backend: CudaBackend, found: list[dict]) -> list[dict]:
+    """A few of ``found`` that only the enumeration found: the best ranked, the first split-K
+    one, the first of an algorithm id the heuristic did not pick."""
+
+    def key(item: dict) -> tuple:
+        return tuple(item[k] for k in lt.ATTRIBUTES)
+
+    answer = backend.last_discovery
+    heuristic = {key(d) for d in answer if d.get("source", "heuristic") == "heuristic"}
+    enumerated = {key(d) for d in answer if d.get("source") == "enumerated"}
+    extras = [p for p in found if key(p) in enumerated and key(p) not in heuristic]
+    picked_ids = {k[0] for k in heuristic}
+    sample = extras[:2]
+    for wanted in (
+        lambda p: p["splitk"] > 1,
+        lambda p: p["algo"] not in picked_ids,
+    ):
+        sample += [p for p in extras if wanted(p) and p not in sample][:1]
+    return sample
+
+
+@pytest.mark.parametrize(
+    ("dtype", "layout", "dims"),
+    [("f16", "rcr", (64, 4096, 4096)), ("bf16", "rcr", (2048, 4608, 3584))],
+)
+def test_enumerated_cublaslt_algorithms_verify(
+    backend: CudaBackend, dtype: str, layout: str, dims: tuple[int, int, int]
+) -> None:
+    """Algorithms beyond the heuristic (cublasLtMatmulAlgoGetIds, the picks' knobs varied) come
+    after the heuristic's, each passed by cublasLtMatmulAlgoCheck, and compute the reference."""
+    request = _request(dtype, layout, *dims)
+    found = backend.discover(request, backend.device().arch)
+    sources = [d.get("source") for d in backend.last_discovery]
+    heuristic_count = sources.count("heuristic")
+    assert heuristic_count >= 1 and "enumerated" in sources, sources[:5]
+    assert sources[:heuristic_count] == ["heuristic"] * heuristic_count
+    assert len(found) <= heuristic_count + lt.EXTRA_ALGOS
+    sample = _enumerated_sample(backend, found)
+    assert len(sample) >= 2, "the enumeration added fewer than two algorithms"
+    for params in sample:
+        result = _run(backend, request, params)
+        assert result.outcome == Outcome.OK, (result.variant_name, result.log)
+        assert result.timing is not None and result.timing.median_us > 0
 
 
 @pytest.mark.parametrize(
