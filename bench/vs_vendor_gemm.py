@@ -11,12 +11,13 @@ M = 2048 and decode M = 1, 4, 16, 64, plus two odd sizes that are no multiple of
 
 Phase 1 tunes every shape with the engine (CUDA backend, harness subprocess), then tunes every
 shape again (same compile cache: the stability check). The budget per shape is every
-cuBLASLt algorithm the heuristic returns plus the heads of the other families (see
-``_budget``), at most ``--max-variants``. Phase 2 loads the winners into this process and
-times them, the vendor default (cuBLASLt heuristic #0, the same build the tuner ran) and
-torch.matmul (cuBLAS) with one function (batches of back-to-back launches in a CUDA graph,
-input sets rotated over >= 2x L2, CUDA events, median), interleaved per shape on the same
-inputs, and the device copy rate for the weight-streaming limit bytes(W) / copy rate.
+cuBLASLt algorithm discovery keeps (the heuristic's, then up to 24 enumerated beyond them) plus
+the heads of the other families (see ``_budget``), at most ``--max-variants``. Phase 2 loads
+the winners into this process and times them, the vendor default (cuBLASLt heuristic #0, the
+same build the tuner ran) and torch.matmul (cuBLAS) with one function (batches of back-to-back
+launches in a CUDA graph, input sets rotated over >= 2x L2, CUDA events, median), interleaved
+per shape on the same inputs, and the device copy rate for the weight-streaming limit
+bytes(W) / copy rate.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.vendor_common import geomean, summary, time_artifacts  # noqa: E402
 from tuner.engine import tune  # noqa: E402
 from tuner.problems import GemmProblem  # noqa: E402
+from tuner.spaces import cuda_gemm_cublaslt as lt  # noqa: E402
 from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
 
 #: (model, layer, n, k): W is [n, k]
@@ -64,6 +66,16 @@ def model_shapes() -> list[dict[str, Any]]:
     return shapes
 
 
+def _lt_source(params: dict[str, Any] | None, discovery: list[dict[str, Any]]) -> str | None:
+    """Which discovery source (heuristic / enumerated) found a cuBLASLt winner; None otherwise."""
+    if not params or params.get("library") != "cublaslt":
+        return None
+    for item in discovery:  # the heuristic's come first
+        if all(item.get(k) == params.get(k) for k in lt.ATTRIBUTES):
+            return str(item.get("source", "heuristic"))
+    return None
+
+
 def _budget(m: int, vendor_algos: int, cap: int) -> int:
     """Every cuBLASLt algorithm, the skinny head (m <= 4) and the CUTLASS head (m > 16)."""
     from tuner.spaces import cuda_gemm as cg
@@ -91,6 +103,8 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
                 probe = TuneRequest("gemm", DTYPE, LAYOUT, problem, backend="cuda")
                 found = backend.discover(probe, device.arch)
                 discovery = list(backend.last_discovery) if found else []
+                # items before enumeration had no source: the heuristic's
+                heuristic = [d for d in discovery if d.get("source", "heuristic") == "heuristic"]
                 budget = Budget(
                     max_variants=_budget(problem.m, len(found), args.max_variants),
                     max_seconds=args.shape_seconds,
@@ -106,6 +120,7 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
                     "winner": win.variant_name if win else None,
                     "winner_id": win.variant_id if win else None,
                     "winner_params": win.params if win else None,
+                    "winner_source": _lt_source(win.params if win else None, discovery),
                     "winner_us": win.timing.median_us if win and win.timing else None,
                     "candidates": [summary(r) for r in result.results],
                 }
@@ -119,7 +134,8 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
                             **shape,
                             "budget": budget.max_variants,
                             "discovered": len(found),
-                            "discovery_exact": sum(1 for d in discovery if d.get("exact")),
+                            "discovery_exact": sum(1 for d in heuristic if d.get("exact")),
+                            "discovery_enumerated": len(discovery) - len(heuristic),
                             "discovery": discovery[:3],
                             "vendor_default": default.variant_name if default else None,
                             "vendor_default_artifact": str(dhit.artifact) if dhit else None,
