@@ -37,6 +37,7 @@ from bench.vendor_common import geomean, summary, time_artifacts  # noqa: E402
 from tuner.engine import tune  # noqa: E402
 from tuner.problems import GemmProblem  # noqa: E402
 from tuner.spaces import cuda_gemm_cublaslt as lt  # noqa: E402
+from tuner.spaces._cublaslt_extras import SOURCE_HEURISTIC  # noqa: E402
 from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
 
 #: (model, layer, n, k): W is [n, k]
@@ -72,7 +73,7 @@ def _lt_source(params: dict[str, Any] | None, discovery: list[dict[str, Any]]) -
         return None
     for item in discovery:  # the heuristic's come first
         if all(item.get(k) == params.get(k) for k in lt.ATTRIBUTES):
-            return str(item.get("source", "heuristic"))
+            return str(item.get("source", SOURCE_HEURISTIC))
     return None
 
 
@@ -104,7 +105,9 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
                 found = backend.discover(probe, device.arch)
                 discovery = list(backend.last_discovery) if found else []
                 # items before enumeration had no source: the heuristic's
-                heuristic = [d for d in discovery if d.get("source", "heuristic") == "heuristic"]
+                heuristic = [
+                    d for d in discovery if d.get("source", SOURCE_HEURISTIC) == SOURCE_HEURISTIC
+                ]
                 budget = Budget(
                     max_variants=_budget(problem.m, len(found), args.max_variants),
                     max_seconds=args.shape_seconds,

@@ -17,6 +17,7 @@ from tuner.problems import GemmProblem
 from tuner.registry import load_space
 from tuner.render import render_variant
 from tuner.spaces import cuda_gemm_cublaslt as lt
+from tuner.spaces._cublaslt_extras import SOURCE_ENUMERATED, SOURCE_HEURISTIC
 from tuner.types import Budget, Outcome, TuneRequest
 
 pytestmark = GPU_MARKS
@@ -75,8 +76,8 @@ def _enumerated_sample(backend: CudaBackend, found: list[dict]) -> list[dict]:
         return tuple(item[k] for k in lt.ATTRIBUTES)
 
     answer = backend.last_discovery
-    heuristic = {key(d) for d in answer if d.get("source", "heuristic") == "heuristic"}
-    enumerated = {key(d) for d in answer if d.get("source") == "enumerated"}
+    heuristic = {key(d) for d in answer if d.get("source", SOURCE_HEURISTIC) == SOURCE_HEURISTIC}
+    enumerated = {key(d) for d in answer if d.get("source") == SOURCE_ENUMERATED}
     extras = [p for p in found if key(p) in enumerated and key(p) not in heuristic]
     picked_ids = {k[0] for k in heuristic}
     sample = extras[:2]
@@ -100,9 +101,9 @@ def test_enumerated_cublaslt_algorithms_verify(
     request = _request(dtype, layout, *dims)
     found = backend.discover(request, backend.device().arch)
     sources = [d.get("source") for d in backend.last_discovery]
-    heuristic_count = sources.count("heuristic")
-    assert heuristic_count >= 1 and "enumerated" in sources, sources[:5]
-    assert sources[:heuristic_count] == ["heuristic"] * heuristic_count
+    heuristic_count = sources.count(SOURCE_HEURISTIC)
+    assert heuristic_count >= 1 and SOURCE_ENUMERATED in sources, sources[:5]
+    assert sources[:heuristic_count] == [SOURCE_HEURISTIC] * heuristic_count
     assert len(found) <= heuristic_count + lt.EXTRA_ALGOS
     sample = _enumerated_sample(backend, found)
     assert len(sample) >= 2, "the enumeration added fewer than two algorithms"
