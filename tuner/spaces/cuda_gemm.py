@@ -24,7 +24,7 @@ Every params dict names its ``library`` (``cutlass``, ``cublaslt``, ``tunehub``)
 algorithms depend on the shape and GPU, so they are not enumerated: the backend discovers them
 at tuning time (:mod:`tuner.spaces.cuda_gemm_cublaslt`) and hands them to
 ``candidate_params``. ``order`` merges the families: the vendor default (cuBLASLt heuristic #0)
-first, so every budget holds it, then the best swap-AB kernels (2 <= m <= 64), the best
+first, so every budget holds it, then the best swap-AB kernels (2 <= m <= 16), the best
 skinny kernels (m <= 4), the best CUTLASS kernels (m > 16), then the rest.
 """
 
@@ -345,7 +345,7 @@ class CudaGemmSpace(VendorDiscoverySpace):
         )
         head = _CUTLASS_HEAD if problem.m >= _CUTLASS_HEAD_MIN_M else 0
         fast_head = _SKINNY_HEAD if problem.m <= skinny.HEAD_MAX_M else 0
-        mma_head = _SWAPAB_HEAD if problem.m >= swapab.HEAD_MIN_M else 0
+        mma_head = _SWAPAB_HEAD if swapab.HEAD_MIN_M <= problem.m <= swapab.HEAD_MAX_M else 0
         return [
             *vendor[:1],
             *mma[:mma_head],

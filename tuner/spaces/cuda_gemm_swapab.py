@@ -25,6 +25,7 @@ __all__ = [
     "TEMPLATE",
     "MAX_M",
     "HEAD_MIN_M",
+    "HEAD_MAX_M",
     "swapab_params",
     "prune",
     "order",
@@ -35,8 +36,10 @@ FAMILY = "swapab"
 TEMPLATE = "cuda/gemm_swapab.cu.j2"
 #: the family runs only where m is at most this (the largest m tile)
 MAX_M = 64
-#: the order tries the family right after the vendor default from this m on (m = 1: skinny)
+#: the order tries the family right after the vendor default for these m (m = 1: skinny; at
+#: m = 64 it ran at 0.46-0.65x cuBLAS on the H200: A's loads, not W, bound it there)
 HEAD_MIN_M = 2
+HEAD_MAX_M = 16
 _M_TILES = (8, 16, 32, 64)
 _W_TILES = (1, 2)
 _WARPS = (4, 8)
@@ -48,13 +51,13 @@ _CHUNK = 32
 #: the k of one lane's vector load: rows must hold whole 16-byte vectors
 _K_ALIGN = 8
 _SM_COUNT = 132
-#: per-SM CTA count over its mean above which the grid counts as unbalanced
-_BALANCE = 1.08
-#: bytes of W per SM in flight below which the loads cannot stream at the copy rate (HBM3e:
-#: ~4.8 TB/s x ~1 us latency over 132 SMs is ~36 KB; the order wants at least this)
-_MIN_BYTES_IN_FLIGHT_PER_SM = 24 * 1024
-#: bytes of W one warp loads per 32-wide k chunk and W tile (16 rows x 64 bytes)
-_CHUNK_BYTES = 16 * _CHUNK * 2
+#: ``order``: grids of fewer warps per SM than this come last (too few loads in flight)
+_MIN_WARPS_PER_SM = 4
+#: ``order``: at most this n, too few rows of W per SM keep 4 chunks per warp busy enough:
+#: 8 chunks in flight (and 8 warps) go first where they waste little of a K part
+_FEW_ROWS_N = 8192
+#: the share of a K part's chunks that 8-chunk groups may pad with zeros and still go first
+_MAX_PAD = 0.05
 _LAYOUTS = ("rcr",)
 #: registers per thread the loads in flight (two groups of W: the pipeline), A's fragments of
 #: one group and the accumulators may take (255 max; the rest is addresses and indices)
@@ -114,35 +117,35 @@ def prune(params: Params, problem: GemmProblem, layout: str) -> str | None:
     return None
 
 
-def _ctas(params: Params, problem: GemmProblem) -> int:
+def _warps_per_sm(params: Params, problem: GemmProblem) -> float:
     rows_per_cta = params["warps"] // params["slices"] * 16 * params["w_tiles"]
-    return math.ceil(problem.n / rows_per_cta) * params["splits"]
+    ctas = math.ceil(problem.n / rows_per_cta) * params["splits"]
+    return ctas * params["warps"] / _SM_COUNT
 
 
-def _bytes_in_flight_per_sm(params: Params, problem: GemmProblem) -> float:
-    per_warp = params["unroll"] * params["w_tiles"] * _CHUNK_BYTES
-    return _ctas(params, problem) * params["warps"] * per_warp / _SM_COUNT
-
-
-def _balance(params: Params, problem: GemmProblem) -> float:
-    """The busiest SM's CTAs over the mean (1.0: every SM streams as long)."""
-    per_sm = _ctas(params, problem) / _SM_COUNT
-    return math.ceil(per_sm) / per_sm
+def _pad(params: Params, problem: GemmProblem, unroll: int) -> float:
+    """The share of a K part's chunks that groups of ``unroll`` chunks pad with zeros."""
+    per_part = math.ceil(math.ceil(problem.k / _CHUNK) / (params["splits"] * params["slices"]))
+    return (math.ceil(per_part / unroll) * unroll - per_part) / per_part
 
 
 def order(candidates: list[Params], problem: GemmProblem) -> list[Params]:
-    """Grids with enough bytes in flight and a balanced last wave first, then no split-K (a
-    second launch), 4 chunks in flight, one W tile per warp, more K slices (measured on the
-    H200: 4 slices of 4 warps won most decode shapes), 4 warps."""
+    """Fitted to the H200 sweep (bench/results/swapab-sweep): grids with at least
+    ``_MIN_WARPS_PER_SM`` first; one W tile per warp up to m_tile 16, two above (A's loads
+    shared by more rows of W); no split-K (a second launch); 8 chunks in flight and 8 warps
+    where n is small and K parts are deep (``_FEW_ROWS_N``, ``_MAX_PAD``), else 4 chunks and 4
+    warps; then 4, 2, 1 K slices."""
 
     def key(p: Params) -> tuple[Any, ...]:
+        deep = problem.n <= _FEW_ROWS_N and _pad(p, problem, 8) <= _MAX_PAD
         return (
-            _bytes_in_flight_per_sm(p, problem) < _MIN_BYTES_IN_FLIGHT_PER_SM,
-            _balance(p, problem) > _BALANCE,
+            _warps_per_sm(p, problem) < _MIN_WARPS_PER_SM,
+            p["w_tiles"] != (1 if p["m_tile"] <= 16 else 2),
             p["splits"],
-            _UNROLLS.index(p["unroll"]),
-            p["w_tiles"],
+            p["unroll"] != (8 if deep else 4),
+            p["warps"] != (8 if deep else 4),
             -p["slices"],
+            _UNROLLS.index(p["unroll"]),
             _WARPS.index(p["warps"]),
         )
 
