@@ -6,9 +6,14 @@ rate. The skinny kernel does m scalar FMAs per weight and re-reads A, so it fall
 m = 4 on. ``gemm_swapab.cu.j2`` puts the weights on the M side of ``mma.sync.m16n8k16`` (16
 rows of W per tile, ``w_tiles`` tiles per warp) and the ``m_tile`` rows of A on its N side
 (n8 tiles), loading both straight from global memory in 16-byte vectors (k permuted the same
-way in both operands), ``unroll`` 32-wide k chunks in flight; ``warps`` per CTA may cut K into
-``slices`` (summed in shared memory) and ``splits`` cuts K across CTAs (a second kernel sums
-them), so the grid fills the SMs when n / 16 is small. Runs on sm_80 and later.
+way in both operands) in groups of ``unroll`` 32-wide k chunks, the next group's W loads
+issued before this group's MMAs; ``warps`` per CTA may cut K into ``slices`` (summed in shared
+memory) and ``splits`` cuts K across CTAs (a second kernel sums them), so the grid fills the
+SMs when n / 16 is small. Runs on sm_80 and later.
+
+Measured on the H200 (bench/results/swapab-sweep): 0.68-0.96 of the limit at m = 4, 0.62-0.91
+at m = 16 (0.90-1.22x cuBLAS); at m = 64 0.46-0.65x cuBLAS, so the order tries the family first
+only up to ``HEAD_MAX_M``.
 """
 
 from __future__ import annotations
