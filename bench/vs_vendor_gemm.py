@@ -78,12 +78,15 @@ def _lt_source(params: dict[str, Any] | None, discovery: list[dict[str, Any]]) -
 
 
 def _budget(m: int, vendor_algos: int, cap: int) -> int:
-    """Every cuBLASLt algorithm, the skinny head (m <= 4) and the CUTLASS head (m > 16)."""
+    """Every cuBLASLt algorithm, the swap-AB head (2 <= m <= 16), the skinny head (m <= 4) and
+    the CUTLASS head (m > 16)."""
     from tuner.spaces import cuda_gemm as cg
     from tuner.spaces import cuda_gemm_skinny as skinny
+    from tuner.spaces import cuda_gemm_swapab as swapab
 
     skinny_head = cg._SKINNY_HEAD if m <= skinny.HEAD_MAX_M else 0
-    heads = skinny_head + (cg._CUTLASS_HEAD if m >= cg._CUTLASS_HEAD_MIN_M else 0)
+    swapab_head = cg._SWAPAB_HEAD if swapab.HEAD_MIN_M <= m <= swapab.HEAD_MAX_M else 0
+    heads = swapab_head + skinny_head + (cg._CUTLASS_HEAD if m >= cg._CUTLASS_HEAD_MIN_M else 0)
     return max(1, min(cap, vendor_algos + heads))
 
 

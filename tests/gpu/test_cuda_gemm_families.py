@@ -1,5 +1,5 @@
-"""cuBLASLt and skinny GEMM variants on a real GPU: discovered, built, verified and timed like
-any other variant (run on the H200 host).
+"""cuBLASLt, skinny and swap-AB GEMM variants on a real GPU: discovered, built, verified and
+timed like any other variant (run on the H200 host).
 
     python3 -m pytest --noconftest -o addopts= -m gpu tests/gpu/test_cuda_gemm_families.py
 """
@@ -135,6 +135,37 @@ def test_skinny_variants_verify(
         if p["family"] == "skinny" and all(p[k] == v for k, v in overrides.items())
     )
     result = _run(backend, _request(dtype, "rcr", *dims), params)
+    assert result.outcome == Outcome.OK, (result.variant_name, result.log)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "dims", "overrides"),
+    [
+        # n not a multiple of 16 (W rows clamped), k not a multiple of 32 (the tail chunk)
+        ("f16", (1, 4099, 3592), {"m_tile": 8, "w_tiles": 1, "slices": 1, "splits": 1}),
+        ("bf16", (3, 4104, 1000), {"m_tile": 8, "slices": 2, "splits": 2, "unroll": 4}),
+        ("f16", (4, 4608, 3584), {"m_tile": 8, "w_tiles": 2, "slices": 4, "unroll": 4}),
+        ("bf16", (16, 4099, 3592), {"m_tile": 16, "splits": 4, "unroll": 2}),
+        ("f16", (40, 1000, 18952), {"m_tile": 64, "w_tiles": 2, "slices": 2, "splits": 1}),
+        ("f16", (64, 4104, 4096), {"m_tile": 64, "w_tiles": 1, "unroll": 2, "slices": 1}),
+    ],
+)
+def test_swapab_variants_verify(
+    backend: CudaBackend, dtype: str, dims: tuple[int, int, int], overrides: dict
+) -> None:
+    space = load_space("gemm", "cuda")
+    params = next(
+        (
+            p
+            for p in space.enumerate(dtype, "rcr", backend.device().arch)
+            if p["family"] == "swapab" and all(p[k] == v for k, v in overrides.items())
+        ),
+        None,
+    )
+    assert params is not None, f"no swapab variant with {overrides} in the space"
+    request = _request(dtype, "rcr", *dims)
+    assert space.prune(params, request.problem, dtype, "rcr") is None
+    result = _run(backend, request, params)
     assert result.outcome == Outcome.OK, (result.variant_name, result.log)
 
 

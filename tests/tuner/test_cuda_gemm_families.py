@@ -1,5 +1,6 @@
 """The GEMM space's families beside CUTLASS: cuBLASLt algorithms (found on the device) and the
-hand-written skinny kernel; their params, pruning, order and rendering (no nvcc, no GPU)."""
+hand-written skinny and swap-AB kernels; their params, pruning, order and rendering (no nvcc, no
+GPU)."""
 
 from __future__ import annotations
 
@@ -30,12 +31,16 @@ def _render(params: dict, dtype: str = "f16", layout: str = "rcr"):
     return render_variant(CudaGemmSpace(), params, dtype, layout, "sm_90", FLAGS, "nvcc test")
 
 
-def _skinny(**overrides) -> dict:
+def _family(family: str, **overrides) -> dict:
     space = CudaGemmSpace()
     for p in space.enumerate("f16", "rcr", "sm_90"):
-        if p["family"] == "skinny" and all(p[k] == v for k, v in overrides.items()):
+        if p["family"] == family and all(p[k] == v for k, v in overrides.items()):
             return p
-    raise AssertionError(f"no skinny params with {overrides}")
+    raise AssertionError(f"no {family} params with {overrides}")
+
+
+def _skinny(**overrides) -> dict:
+    return _family("skinny", **overrides)
 
 
 def test_discovery_answer_becomes_attribute_params_in_its_order() -> None:
@@ -143,7 +148,12 @@ def _ordered(problem: GemmProblem, layout: str = "rcr") -> list[dict]:
 
 @pytest.mark.parametrize(
     "problem",
-    [GemmProblem(1, 4096, 4096), GemmProblem(64, 3584, 18944), GemmProblem(2048, 4608, 3584)],
+    [
+        GemmProblem(1, 4096, 4096),
+        GemmProblem(4, 4608, 3584),
+        GemmProblem(64, 3584, 18944),
+        GemmProblem(2048, 4608, 3584),
+    ],
 )
 def test_the_vendor_default_comes_first_then_the_families(problem: GemmProblem) -> None:
     kept = _ordered(problem)
@@ -151,10 +161,15 @@ def test_the_vendor_default_comes_first_then_the_families(problem: GemmProblem) 
     assert kept[0] == vendor_default  # heuristic #0: in every budget
     head = kept[:DEFAULT_MAX_VARIANTS]
     libraries = [p["library"] for p in head]
+    families = [p["family"] for p in head]
     assert libraries.count("cublaslt") == 2
-    if problem.m <= 4:
-        assert libraries[1] == "tunehub"
-    else:  # measured: the skinny kernel loses to cuBLASLt from m = 16 on: behind every algorithm
+    if problem.m == 1:  # the skinny kernel streams W at the copy rate there
+        assert families[1:7] == ["skinny"] * 6
+        assert "swapab" not in families[:7]
+    elif problem.m <= 16:  # the swap-AB head right after the vendor default
+        assert families[1:7] == ["swapab"] * 6
+        assert ("skinny" in families[7:13]) == (problem.m <= 4)
+    else:  # measured: swap-AB ran at 0.46-0.65x cuBLAS at m = 64: behind every algorithm
         assert libraries[1:4] == ["cutlass"] * 3
         if "tunehub" in libraries:
             assert libraries.index("tunehub") > max(
@@ -167,6 +182,87 @@ def test_rrr_has_no_skinny_but_keeps_the_vendor_default() -> None:
     kept = _ordered(GemmProblem(4, 4096, 4096), layout="rrr")
     assert kept[0]["library"] == "cublaslt"
     assert not any(p["library"] == "tunehub" for p in kept)
+
+
+SWAPAB_CONSTANTS = {
+    "m_tile": "kMTile",
+    "w_tiles": "kWTiles",
+    "warps": "kWarps",
+    "slices": "kSlices",
+    "splits": "kSplits",
+    "unroll": "kUnroll",
+}
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_every_swapab_variant_renders(dtype: str) -> None:
+    space = CudaGemmSpace()
+    swapab = [p for p in space.enumerate(dtype, "rcr", "sm_90") if p["family"] == "swapab"]
+    assert {p["m_tile"] for p in swapab} == {8, 16, 32, 64}
+    variants = [_render(p, dtype) for p in swapab]
+    assert len({v.id for v in variants}) == len({v.name for v in variants}) == len(swapab)
+    mma = "f32.f16.f16.f32" if dtype == "f16" else "f32.bf16.bf16.f32"
+    for v in variants:
+        assert v.params["library"] == "tunehub"
+        assert v.name.startswith(f"gemm_{dtype}_rcr_swapab_m{v.params['m_tile']}_")
+        assert f'#define TUNEHUB_MMA_AB "{mma[4:-4]}"' in v.source
+        assert "mma.sync.aligned.m16n8k16.row.col.f32." in v.source
+        assert "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}" in v.source  # Jinja left it alone
+        for key, constant in SWAPAB_CONSTANTS.items():
+            assert f"constexpr int {constant} = {v.params[key]};" in v.source, (v.name, key)
+        assert "{{" not in v.source and "{% " not in v.source
+
+
+def test_swapab_prune() -> None:
+    space = CudaGemmSpace()
+    p = _family("swapab", m_tile=16, w_tiles=1, warps=4, slices=4, splits=1, unroll=4)
+    assert space.prune(p, GemmProblem(16, 4096, 4096), "f16", "rcr") is None
+    assert space.prune(p, GemmProblem(9, 4099, 3592), "f16", "rcr") is None  # odd n, k % 32
+    assert "m=65" in (space.prune(p, GemmProblem(65, 4096, 4096), "f16", "rcr") or "")
+    assert "rcr" in (space.prune(p, GemmProblem(16, 4096, 4096), "f16", "rrr") or "")
+    assert "multiple of 8" in (space.prune(p, GemmProblem(16, 4096, 4100), "f16", "rcr") or "")
+    # W is streamed once: only the smallest m tile that holds every row of A
+    assert "m_tile 16" in (space.prune(p, GemmProblem(8, 4096, 4096), "f16", "rcr") or "")
+    assert "m_tile 16" in (space.prune(p, GemmProblem(17, 4096, 4096), "f16", "rcr") or "")
+    # 4 slices of 4 chunks of 32: k = 512 is the shortest K it cuts
+    assert space.prune(p, GemmProblem(16, 4096, 512), "f16", "rcr") is None
+    assert "cut 4 ways" in (space.prune(p, GemmProblem(16, 4096, 480), "f16", "rcr") or "")
+    one = _family("swapab", m_tile=8)
+    assert space.prune(one, GemmProblem(1, 4096, 4096), "f16", "rcr") is None  # runs at m = 1
+
+
+@pytest.mark.parametrize(
+    ("problem", "head"),
+    [
+        # deep K parts and few rows of W: 8 chunks in flight, 8 warps
+        (GemmProblem(16, 3584, 18944), "gemm_f16_rcr_swapab_m16_t1_w8_u8_s4"),
+        (GemmProblem(4, 4096, 4096), "gemm_f16_rcr_swapab_m8_t1_w8_u8_s4"),
+        # 8-chunk groups would pad 28 chunks a slice to 32: 4 chunks, 4 warps
+        (GemmProblem(4, 4608, 3584), "gemm_f16_rcr_swapab_m8_t1_w4_u4_s4"),
+        # many rows of W: 4 chunks, 4 warps
+        (GemmProblem(16, 28672, 4096), "gemm_f16_rcr_swapab_m16_t1_w4_u4_s4"),
+        # m_tile 64: two W tiles share each load of A
+        (GemmProblem(64, 28672, 4096), "gemm_f16_rcr_swapab_m64_t2_w4_u2_s4"),
+    ],
+)
+def test_swapab_order_puts_the_measured_winner_first(problem: GemmProblem, head: str) -> None:
+    space = CudaGemmSpace()
+    kept = [
+        p
+        for p in space.enumerate("f16", "rcr", "sm_90")
+        if p["family"] == "swapab" and space.prune(p, problem, "f16", "rcr") is None
+    ]
+    ordered = space.order(kept, problem, "f16", "rcr")
+    assert space.name(ordered[0], "f16", "rcr") == head
+    assert sorted(map(str, ordered)) == sorted(map(str, kept))  # a permutation
+
+
+def test_swapab_is_in_the_sm80_class_space_too() -> None:
+    space = CudaGemmSpace()
+    for arch in ("sm_80", "sm_86", "sm_89"):
+        families = {p["family"] for p in space.enumerate("bf16", "rcr", arch)}
+        assert {"sm80", "skinny", "swapab"} <= families
+    assert space.template_for(_family("swapab")) == "cuda/gemm_swapab.cu.j2"
 
 
 def test_without_discovery_the_space_still_has_candidates() -> None:

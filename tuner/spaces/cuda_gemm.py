@@ -1,5 +1,6 @@
 """CUDA GEMM variants: CUTLASS (3.x TMA + wgmma on sm_90, 2.x on the sm_80 class), cuBLASLt
-algorithms and the hand-written skinny kernel, one space whose params name their ``library``.
+algorithms and the hand-written skinny and swap-AB kernels, one space whose params name their
+``library``.
 
     space = CudaGemmSpace()
     for params in space.enumerate("f16", "rcr", "sm_90"): ...   # strongest candidates first
@@ -19,11 +20,12 @@ or by tensor cores (:mod:`tuner.spaces._sm90_gemm_estimate`), ties kept in ``enu
 order, so a capped search (``DEFAULT_MAX_VARIANTS``) sees the likely winners for that shape.
 
 Every params dict names its ``library`` (``cutlass``, ``cublaslt``, ``tunehub``) and its
-``family`` (the template: ``sm90``, ``sm80``, ``cublaslt``, ``skinny``). cuBLASLt algorithms
-depend on the shape and GPU, so they are not enumerated: the backend discovers them at tuning
-time (:mod:`tuner.spaces.cuda_gemm_cublaslt`) and hands them to ``candidate_params``. ``order``
-merges the families: the vendor default (cuBLASLt heuristic #0) first, so every budget holds
-it, then the best skinny kernels (m <= 4), the best CUTLASS kernels (m > 16), then the rest.
+``family`` (the template: ``sm90``, ``sm80``, ``cublaslt``, ``skinny``, ``swapab``). cuBLASLt
+algorithms depend on the shape and GPU, so they are not enumerated: the backend discovers them
+at tuning time (:mod:`tuner.spaces.cuda_gemm_cublaslt`) and hands them to
+``candidate_params``. ``order`` merges the families: the vendor default (cuBLASLt heuristic #0)
+first, so every budget holds it, then the best swap-AB kernels (2 <= m <= 16), the best
+skinny kernels (m <= 4), the best CUTLASS kernels (m > 16), then the rest.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from tuner.errors import InvalidRequestError
 from tuner.problems import GemmProblem, Problem
 from tuner.spaces import cuda_gemm_cublaslt as lt
 from tuner.spaces import cuda_gemm_skinny as skinny
+from tuner.spaces import cuda_gemm_swapab as swapab
 from tuner.spaces._cutlass_common import (
     SM90_SMEM_BYTES,
     check_dtype,
@@ -80,13 +83,20 @@ _SM80_SPLIT_K = (1, 2, 4)
 _SM80_SWIZZLES = (1, 4)
 
 _LAYOUTS = ("rcr", "rrr")
-#: ``order``: skinny kernels, then CUTLASS kernels, tried right after the vendor default
+#: ``order``: swap-AB, skinny, then CUTLASS kernels, tried right after the vendor default
+_SWAPAB_HEAD = 6
 _SKINNY_HEAD = 6
 _CUTLASS_HEAD = 3
 #: at most this m, CUTLASS tiles waste most of their rows: its head waits behind cuBLASLt's
 _CUTLASS_HEAD_MIN_M = 17
 #: the library each template family belongs to (what a client calls)
-LIBRARIES = {"sm90": "cutlass", "sm80": "cutlass", lt.FAMILY: "cublaslt", skinny.FAMILY: "tunehub"}
+LIBRARIES = {
+    "sm90": "cutlass",
+    "sm80": "cutlass",
+    lt.FAMILY: "cublaslt",
+    skinny.FAMILY: "tunehub",
+    swapab.FAMILY: "tunehub",
+}
 
 #: proven sm_90 configurations tried first: (tile, cluster, schedule, scheduler)
 SM90_SEEDS: tuple[tuple[tuple[int, int, int], tuple[int, int], str, str], ...] = (
@@ -279,9 +289,9 @@ class CudaGemmSpace(VendorDiscoverySpace):
             )
         sm = sm_number(arch)
         if sm == 90:
-            return iter(_sm90_params() + _skinny_params())
+            return iter(_sm90_params() + _tunehub_params())
         if sm in (80, 86, 87, 89):
-            return iter(_sm80_params(sm) + _skinny_params())
+            return iter(_sm80_params(sm) + _tunehub_params())
         raise InvalidRequestError("device.arch", f"no CUTLASS gemm templates for {arch} (sm_80-90)")
 
     def template_for(self, params: Params) -> str:
@@ -290,6 +300,8 @@ class CudaGemmSpace(VendorDiscoverySpace):
             return lt.TEMPLATE
         if family == skinny.FAMILY:
             return skinny.TEMPLATE
+        if family == swapab.FAMILY:
+            return swapab.TEMPLATE
         return self.template if family == "sm90" else self.sm80_template
 
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
@@ -300,6 +312,8 @@ class CudaGemmSpace(VendorDiscoverySpace):
             return lt.invalid_reason({k: v for k, v in params.items() if k != "library"})
         if family == skinny.FAMILY:
             return skinny.prune(params, problem, layout)
+        if family == swapab.FAMILY:
+            return swapab.prune(params, problem, layout)
         align = elements_per_16_bytes(dtype)
         # C/D rows need n; A (row-major) and B (column-major) rows need k; B row-major needs n
         for dim in ("k", "n") + (("m",) if layout[0] == "c" else ()):
@@ -325,16 +339,20 @@ class CudaGemmSpace(VendorDiscoverySpace):
             return list(candidates)
         vendor = [p for p in candidates if p["family"] == lt.FAMILY]
         fast = skinny.order([p for p in candidates if p["family"] == skinny.FAMILY], problem)
+        mma = swapab.order([p for p in candidates if p["family"] == swapab.FAMILY], problem)
         cutlass = self._order_cutlass(
             [p for p in candidates if p["family"] in ("sm90", "sm80")], problem
         )
         head = _CUTLASS_HEAD if problem.m >= _CUTLASS_HEAD_MIN_M else 0
         fast_head = _SKINNY_HEAD if problem.m <= skinny.HEAD_MAX_M else 0
+        mma_head = _SWAPAB_HEAD if swapab.HEAD_MIN_M <= problem.m <= swapab.HEAD_MAX_M else 0
         return [
             *vendor[:1],
+            *mma[:mma_head],
             *fast[:fast_head],
             *cutlass[:head],
             *vendor[1:],
+            *mma[mma_head:],
             *fast[fast_head:],
             *cutlass[head:],
         ]
@@ -364,6 +382,8 @@ class CudaGemmSpace(VendorDiscoverySpace):
             return lt.name(params, dtype, layout)
         if params["family"] == skinny.FAMILY:
             return skinny.name(params, dtype, layout)
+        if params["family"] == swapab.FAMILY:
+            return swapab.name(params, dtype, layout)
         tile = f"{params['tile_m']}x{params['tile_n']}x{params['tile_k']}"
         head = f"gemm_{dtype}_{layout}_{tile}"
         if params["family"] == "sm90":
@@ -384,8 +404,9 @@ class CudaGemmSpace(VendorDiscoverySpace):
         return "_".join(parts)
 
 
-def _skinny_params() -> list[Params]:
-    return [{"library": "tunehub", **p} for p in skinny.skinny_params()]
+def _tunehub_params() -> list[Params]:
+    """The hand-written families (library ``tunehub``): skinny, then swap-AB."""
+    return [{"library": "tunehub", **p} for p in skinny.skinny_params() + swapab.swapab_params()]
 
 
 def iter_names(dtype: str, layout: str, arch: str) -> Iterator[str]:
