@@ -6,6 +6,9 @@
 # 2. the GPU tests of the cuDNN and CUTLASS 3.x sm90 conv2d families,
 # 3. bench/vs_vendor_conv.py: ResNet-50 and ConvNeXt-T layers tuned, then timed against cuDNN.
 # Everything lands under $OUT (the device tool brings it back).
+# The 1x1 question (output buffer or kernel; every cuDNN config of the 1x1 layers), ~6 min:
+#   BENCH_SECONDS=380 BENCH_DEADLINE=330 BENCH_ARGS="--full-list-1x1 --compare-reserve-s 70 \
+#     --max-variants 14 --shape-seconds 5 --full-list-seconds 20" bash bench/h200_conv_run.sh
 set -uo pipefail
 out=${OUT:-/tmp/tunehub-out}
 source "$(dirname "${BASH_SOURCE[0]}")/_device_env.sh"
