@@ -43,8 +43,8 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num and den else None
 
 
-def _tried(row: dict[str, Any]) -> int:
-    return sum(1 for c in row.get("candidates", []) if c.get("library") == "cudnn")
+def _tried(row: dict[str, Any], library: str = "cudnn") -> int:
+    return sum(1 for c in row.get("candidates", []) if c.get("library") == library)
 
 
 def output_cause(times: dict[str, float], band: float = TIE_BAND) -> str | None:
@@ -89,9 +89,13 @@ def miss_reason(row: dict[str, Any]) -> str:
         cause = output_cause(t)
         if cause is not None:
             whole = " (the whole list)" if tried >= (row.get("discovered") or 0) else ""
+            lt = _tried(row, "cublaslt")
+            lt_tried = (
+                f", {lt} of {row.get('discovered_cublaslt')} cuBLASLt algorithms" if lt else ""
+            )
             return (
                 f"torch's call is faster than {default}; {tried} of {row.get('discovered')} "
-                f"cuDNN configs timed{whole}; cause: {cause}"
+                f"cuDNN configs timed{whole}{lt_tried}; cause: {cause}"
             )
         return (
             f"torch's call is faster than {default} and every other candidate timed "

@@ -203,6 +203,8 @@ def phase_tune(
             probe = TuneRequest("conv2d", DTYPE, LAYOUT, problem, backend="cuda")
             found = backend.discover(probe, device.arch)
             discovery = list(backend.last_discovery) if found else []
+            # cuDNN engine configs, and (1x1 stride-1 layers) cuBLASLt algorithms of the GEMM
+            n_cudnn = sum(1 for p in found if p.get("library") == "cudnn")
             cap = len(found) + _CUTLASS_HEAD if whole[i] else args.max_variants
             budget = Budget(
                 max_variants=max(1, min(cap, len(found) + _CUTLASS_HEAD)),
@@ -224,7 +226,8 @@ def phase_tune(
                     "budget": budget.max_variants,
                     "budget_seconds": round(seconds_cap, 1),
                     "full_list": whole[i],
-                    "discovered": len(found),
+                    "discovered": n_cudnn,
+                    "discovered_cublaslt": len(found) - n_cudnn,
                     "discovered_heur_a": sum(1 for d in discovery if d.get("source") == "heur_a"),
                     # the whole list where every config was asked: a later run can build them
                     "discovery": discovery if whole[i] else discovery[:3],
@@ -242,8 +245,9 @@ def phase_tune(
             ok = sum(1 for r in result.results if r.ok)
             print(
                 f"[tune] {label}: {rows[-1]['winner']} {rows[-1]['winner_us']} us, "
-                f"{ok}/{len(result.results)} ok of {budget.max_variants} budgeted ({len(found)} "
-                f"cuDNN configs) in {seconds:.1f}s of {seconds_cap:.0f}s",
+                f"{ok}/{len(result.results)} ok of {budget.max_variants} budgeted ({n_cudnn} "
+                f"cuDNN configs, {len(found) - n_cudnn} cuBLASLt algorithms) in {seconds:.1f}s "
+                f"of {seconds_cap:.0f}s",
                 flush=True,
             )
     finally:

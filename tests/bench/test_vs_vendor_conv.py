@@ -143,6 +143,11 @@ def test_miss_reason_names_the_measured_cause_and_the_whole_list() -> None:
     assert "3 of 3 cuDNN configs timed (the whole list)" in reason
     assert "cause: the output buffer" in reason
     assert "not measured" not in reason
+    lt = {"library": "cublaslt", "outcome": "ok", "median_us": 3.7}
+    row = {**row, "discovered_cublaslt": 8, "candidates": [*row["candidates"], lt]}
+    assert "3 of 3 cuDNN configs timed (the whole list), 1 of 8 cuBLASLt algorithms;" in (
+        miss_reason(row)
+    )
 
 
 def test_report_with_controls_adds_the_same_buffer_table(tmp_path: Path) -> None:
