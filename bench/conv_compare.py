@@ -32,7 +32,7 @@ from typing import Any
 from bench.vendor_common import time_artifacts
 from tuner.problems import Conv2dProblem
 
-__all__ = ["phase_compare", "TIMING"]
+__all__ = ["phase_compare", "compare_row", "TIMING"]
 
 #: the harness request's timing fields for every label (torch's timings use the same)
 TIMING = {"warmup_s": 0.03, "bench_s": 0.1, "min_samples": 10, "max_samples": 10_000}
