@@ -4,6 +4,7 @@ controls."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -180,3 +181,85 @@ def test_report_with_controls_adds_the_same_buffer_table(tmp_path: Path) -> None
 def test_write_report_without_rows_keeps_its_summary(tmp_path: Path) -> None:
     write_report(tmp_path, {"meta": {"command": "x"}, "rows": []})
     assert "over 0 shapes" in (tmp_path / "h200-conv-vendor.md").read_text()
+
+
+#: phase_tune hands its config to the backend and to tune(), both stand-ins here
+NO_CONFIG: Any = None
+
+
+class _FakeBackend:
+    """What phase_tune asks of the CUDA backend: a device, discovery and the compile cache."""
+
+    def __init__(self, config: Any) -> None:
+        self.closed = False
+        self.last_discovery: list[dict[str, Any]] = []
+        self.cache = SimpleNamespace(lookup=lambda vid: SimpleNamespace(artifact=f"/c/{vid}.so"))
+
+    def device(self) -> Any:
+        return SimpleNamespace(arch="sm_90", driver="580", key=lambda: "NVIDIA H200|9.0|132")
+
+    def discover(self, request: Any, arch: str) -> list[dict[str, Any]]:
+        found = [{"library": "cudnn", "engine": i} for i in range(40)]
+        if request.problem.r == 1 and request.problem.stride == 1:
+            found += [{"library": "cublaslt", "algo": i} for i in range(8)]
+        self.last_discovery = [{"source": "heur_a"} for _ in found]
+        return found
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_phase_tune_budgets_whole_lists_on_1x1_layers_only(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tuner.stats import timing_from_samples
+    from tuner.types import BenchResult, Outcome
+
+    calls: list[tuple[Any, Any]] = []
+
+    def fake_tune(request: Any, backend: Any, config: Any, observer: Any = None) -> Any:
+        calls.append((request, observer))
+        timing = timing_from_samples([3.5] * 10)
+        params = {"library": "cudnn", "family": "cudnn", "engine": 58}
+        result = BenchResult("v58", "conv2d_f16_nhwc_cudnn_e58", params, Outcome.OK, timing)
+        if observer is not None:
+            observer.on_start(1, 0)
+            observer.on_result(result, 1, 1)
+        return SimpleNamespace(results=[result], winner=result)
+
+    monkeypatch.setattr("tuner.backends.cuda.CudaBackend", _FakeBackend)
+    monkeypatch.setattr(bench, "tune", fake_tune)
+    args = argparse.Namespace(
+        full_list_1x1=True, full_list_seconds=20.0, shape_seconds=5.0, max_variants=14
+    )
+    todo = [s for s in bench.shapes() if s["n"] == 1][:4]  # 3x3, 1x1, 3x3 s2, 1x1 s2
+    rows = bench.phase_tune(args, NO_CONFIG, bench.time.monotonic() + 1000, todo)
+    assert [r["layer"] for r in rows] == [s["layer"] for s in todo]
+    budgets = [(c[0].budget.max_variants, c[0].budget.max_seconds, c[1] is not None) for c in calls]
+    assert budgets == [
+        (14, 5.0, False),
+        (40 + 8 + 3, 20.0, True),  # every cuDNN config and cuBLASLt algorithm, the CUTLASS head
+        (14, 5.0, False),
+        (40 + 3, 20.0, True),  # strided 1x1: whole list, but no cuBLASLt algorithms
+    ]
+    assert [(r["discovered"], r["discovered_cublaslt"]) for r in rows] == [
+        (40, 0),
+        (40, 8),
+        (40, 0),
+        (40, 0),
+    ]
+    assert rows[1]["full_list"] and not rows[0]["full_list"]
+    assert len(rows[1]["discovery"]) == 48 and len(rows[0]["discovery"]) == 3
+    assert rows[1]["artifact"] == "/c/v58.so" and rows[1]["vendor_default"].endswith("e58")
+    out = capsys.readouterr().out
+    assert "[tune]   resnet50 l1.conv3 1x1 n=1: 1/1 in" in out
+    assert "(40 cuDNN configs, 8 cuBLASLt algorithms)" in out
+
+
+def test_phase_tune_stops_when_no_time_is_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tuner.backends.cuda.CudaBackend", _FakeBackend)
+    monkeypatch.setattr(bench, "tune", lambda *a, **k: pytest.fail("tuned past the deadline"))
+    args = argparse.Namespace(
+        full_list_1x1=False, full_list_seconds=20.0, shape_seconds=5.0, max_variants=14
+    )
+    assert bench.phase_tune(args, NO_CONFIG, bench.time.monotonic() - 1, bench.shapes()) == []
