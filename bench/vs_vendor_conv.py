@@ -13,7 +13,8 @@ stride-2 2x2 downsample layers and 1x1 pointwise (MLP) layers. Depthwise and gro
 not conv2d problems tunehub takes (no groups), nor 3-channel stems (16-byte channel rows).
 
 Phase 1 tunes every shape with the engine (CUDA backend, harness subprocess): budget = every
-cuDNN engine config discovery returns plus the CUTLASS head (``_CUTLASS_HEAD``), at most
+config discovery returns (cuDNN engine configs; on 1x1 stride-1 layers also cuBLASLt's
+algorithms for the GEMM the layer is) plus the CUTLASS head (``_CUTLASS_HEAD``), at most
 ``--max-variants`` within ``--shape-seconds``. ``--full-list-1x1``: the 1x1 layers take every
 config discovered (no ``--max-variants`` cap) within ``--full-list-seconds``, printing their
 progress; both time caps shrink in proportion when the time left before the tuning deadline
@@ -183,8 +184,9 @@ class TuneProgress:
 def phase_tune(
     args: argparse.Namespace, config: EngineConfig, deadline: float, todo: list[dict[str, Any]]
 ) -> list[dict]:
-    """Tune every shape of ``todo``; a whole-list shape (``--full-list-1x1``) takes every cuDNN
-    config discovered plus the CUTLASS head, within ``--full-list-seconds``."""
+    """Tune every shape of ``todo``; a whole-list shape (``--full-list-1x1``) takes every config
+    discovered (cuDNN's, and cuBLASLt's on stride-1 1x1 layers) plus the CUTLASS head, within
+    ``--full-list-seconds``."""
     from tuner.backends.cuda import CudaBackend
 
     whole = [bool(args.full_list_1x1 and is_1x1(shape)) for shape in todo]
