@@ -13,13 +13,27 @@ stride-2 2x2 downsample layers and 1x1 pointwise (MLP) layers. Depthwise and gro
 not conv2d problems tunehub takes (no groups), nor 3-channel stems (16-byte channel rows).
 
 Phase 1 tunes every shape with the engine (CUDA backend, harness subprocess): budget = every
-cuDNN engine config discovery returns plus the CUTLASS head (``_CUTLASS_HEAD``), at most
-``--max-variants``. Phase 2 re-times, in this process with one function (batches of
+config discovery returns (cuDNN engine configs; on 1x1 stride-1 layers also cuBLASLt's
+algorithms for the GEMM the layer is) plus the CUTLASS head (``_CUTLASS_HEAD``), at most
+``--max-variants`` within ``--shape-seconds``. ``--full-list-1x1``: the 1x1 layers take every
+config discovered (no ``--max-variants`` cap) within ``--full-list-seconds``, printing their
+progress; both time caps shrink in proportion when the time left before the tuning deadline
+(``--deadline-s`` less ``--compare-reserve-s``) would not cover them (``shape_seconds``).
+``--only-1x1``: the 1x1 layers alone.
+
+Phase 2 (bench/conv_compare.py) re-times, in this process with one function (batches of
 back-to-back launches in a CUDA graph, input sets rotated over >= 2x L2, CUDA events, median),
 interleaved per shape on the same inputs: the winner, the cuDNN default (heuristic mode A's
 first engine config, the candidate every tuning job tries first) and
 torch.nn.functional.conv2d on channels_last f16 tensors (torch's cuDNN path, benchmark off; and
-once more with cudnn.benchmark on, shown beside it, not counted in the ratios).
+once more with cudnn.benchmark on, shown beside it, not counted in the ratios); and the
+output-buffer controls: the winner and the default writing one fixed output (torch's
+conditions), torch's cuDNN op writing the rotated outputs (tunehub's conditions). The page
+(bench/conv_report.py) puts them side by side to tell an output-buffer lead from a kernel lead.
+
+A ~6-minute device budget for the whole bench (the 1x1 question):
+    python3 bench/vs_vendor_conv.py --out $OUT --full-list-1x1 --deadline-s 330 \
+        --compare-reserve-s 70 --max-variants 14 --shape-seconds 5 --full-list-seconds 20
 """
 
 from __future__ import annotations
@@ -27,7 +41,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -35,7 +48,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.vendor_common import geomean, summary, time_artifacts  # noqa: E402
+from bench.conv_compare import phase_compare  # noqa: E402
+from bench.conv_report import TIE_BAND, write_report  # noqa: E402
+from bench.vendor_common import summary  # noqa: E402
 from tuner.engine import candidate_params, tune  # noqa: E402
 from tuner.problems import Conv2dProblem  # noqa: E402
 from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
@@ -57,7 +72,6 @@ LAYERS = [
 ]
 BATCHES = (1, 8)
 DTYPE, LAYOUT = "f16", "nhwc"
-TIE_BAND = 0.02
 #: CUTLASS kernels each shape's budget holds after the cuDNN configs
 _CUTLASS_HEAD = 3
 
@@ -122,29 +136,86 @@ def precompile(cache_dir: str, workers: int) -> int:
     return 1 if failed else 0
 
 
-def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) -> list[dict]:
+def is_1x1(shape: dict[str, Any]) -> bool:
+    """A 1x1 layer (any stride): the shapes ``--full-list-1x1`` tunes over every config."""
+    return shape["r"] == 1 and shape["s"] == 1
+
+
+def shape_seconds(nominal: list[float], index: int, seconds_left: float) -> float:
+    """Seconds shape ``index`` may tune: its nominal cap, or less when the time left before the
+    tuning deadline would not cover the nominal caps of it and every later shape (then each
+    gets its proportional share, so the last shapes are not starved)."""
+    remaining = sum(nominal[index:])
+    if remaining <= 0 or seconds_left <= 0:
+        return 0.0
+    return min(nominal[index], seconds_left * nominal[index] / remaining)
+
+
+class TuneProgress:
+    """A :class:`tuner.engine.TuneObserver` printing one line every ``every`` candidates (and
+    the last): how far a long (whole-list) shape is, and its best so far."""
+
+    def __init__(self, label: str, every: int = 16) -> None:
+        self.label = label
+        self.every = every
+        self.started = time.monotonic()
+        self.best: tuple[float, str] | None = None
+
+    def on_start(self, total: int, pruned: int) -> None:
+        print(f"[tune]   {self.label}: {total} candidates ({pruned} pruned)", flush=True)
+
+    def on_result(self, result: Any, done: int, total: int) -> None:
+        if (
+            result.ok
+            and result.timing
+            and (self.best is None or result.timing.median_us < self.best[0])
+        ):
+            self.best = (result.timing.median_us, result.variant_name)
+        if done % self.every and done != total:
+            return
+        best = f"best {self.best[0]:.2f} us {self.best[1]}" if self.best else "none verified"
+        print(
+            f"[tune]   {self.label}: {done}/{total} in {time.monotonic() - self.started:.0f}s, "
+            f"{best}",
+            flush=True,
+        )
+
+
+def phase_tune(
+    args: argparse.Namespace, config: EngineConfig, deadline: float, todo: list[dict[str, Any]]
+) -> list[dict]:
+    """Tune every shape of ``todo``; a whole-list shape (``--full-list-1x1``) takes every config
+    discovered (cuDNN's, and cuBLASLt's on stride-1 1x1 layers) plus the CUTLASS head, within
+    ``--full-list-seconds``."""
     from tuner.backends.cuda import CudaBackend
 
+    whole = [bool(args.full_list_1x1 and is_1x1(shape)) for shape in todo]
+    nominal = [args.full_list_seconds if w else args.shape_seconds for w in whole]
     backend = CudaBackend(config)
     rows: list[dict[str, Any]] = []
     try:
         device = backend.device()
         print(f"device {device.key()} driver {device.driver}", flush=True)
-        for i, shape in enumerate(shapes()):
-            if time.monotonic() > deadline:
+        for i, shape in enumerate(todo):
+            seconds_cap = shape_seconds(nominal, i, deadline - time.monotonic())
+            if seconds_cap < 1.0:
                 print(f"[tune] deadline, stopping at shape {i}", flush=True)
                 break
             problem = _problem(shape)
             probe = TuneRequest("conv2d", DTYPE, LAYOUT, problem, backend="cuda")
             found = backend.discover(probe, device.arch)
             discovery = list(backend.last_discovery) if found else []
+            # cuDNN engine configs, and (1x1 stride-1 layers) cuBLASLt algorithms of the GEMM
+            n_cudnn = sum(1 for p in found if p.get("library") == "cudnn")
+            cap = len(found) + _CUTLASS_HEAD if whole[i] else args.max_variants
             budget = Budget(
-                max_variants=max(1, min(args.max_variants, len(found) + _CUTLASS_HEAD)),
-                max_seconds=args.shape_seconds,
+                max_variants=max(1, min(cap, len(found) + _CUTLASS_HEAD)),
+                max_seconds=seconds_cap,
             )
             request = TuneRequest("conv2d", DTYPE, LAYOUT, problem, "cuda", budget=budget)
+            label = f"{shape['model']} {shape['layer']} n={shape['n']}"
             started = time.monotonic()
-            result = tune(request, backend, config)
+            result = tune(request, backend, config, TuneProgress(label) if whole[i] else None)
             seconds = time.monotonic() - started
             win = result.winner
             first = result.results[0] if result.results else None
@@ -155,9 +226,13 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
                 {
                     **shape,
                     "budget": budget.max_variants,
-                    "discovered": len(found),
+                    "budget_seconds": round(seconds_cap, 1),
+                    "full_list": whole[i],
+                    "discovered": n_cudnn,
+                    "discovered_cublaslt": len(found) - n_cudnn,
                     "discovered_heur_a": sum(1 for d in discovery if d.get("source") == "heur_a"),
-                    "discovery": discovery[:3],
+                    # the whole list where every config was asked: a later run can build them
+                    "discovery": discovery if whole[i] else discovery[:3],
                     "seconds": round(seconds, 2),
                     "winner": win.variant_name if win else None,
                     "winner_params": win.params if win else None,
@@ -171,9 +246,10 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
             )
             ok = sum(1 for r in result.results if r.ok)
             print(
-                f"[tune] {shape['model']} {shape['layer']} n={shape['n']}: {rows[-1]['winner']} "
-                f"{rows[-1]['winner_us']} us, {ok}/{len(result.results)} ok ({len(found)} "
-                f"cuDNN configs) in {seconds:.1f}s",
+                f"[tune] {label}: {rows[-1]['winner']} {rows[-1]['winner_us']} us, "
+                f"{ok}/{len(result.results)} ok of {budget.max_variants} budgeted ({n_cudnn} "
+                f"cuDNN configs, {len(found) - n_cudnn} cuBLASLt algorithms) in {seconds:.1f}s "
+                f"of {seconds_cap:.0f}s",
                 flush=True,
             )
     finally:
@@ -181,216 +257,30 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
     return rows
 
 
-def phase_compare(rows: list[dict[str, Any]], deadline: float) -> None:
-    """Re-time winners, the cuDNN default and torch's conv2d in this process, interleaved."""
-    import torch
-
-    from tuner.backends.cuda_harness import Harness, probe
-
-    torch.backends.cudnn.benchmark = False  # torch's default: cuDNN's heuristic choice
-    harness = Harness(probe())
-    for row in rows:
-        if time.monotonic() > deadline:
-            row["compare_error"] = "deadline"
-            continue
-        problem = {k: row[k] for k in Conv2dProblem.dim_names}
-        req = {
-            "cmd": "run",
-            "op": "conv2d",
-            "dtype": DTYPE,
-            "layout": LAYOUT,
-            "problem": problem,
-            "seed": 0,
-            "warmup_s": 0.03,
-            "bench_s": 0.1,
-            "min_samples": 10,
-            "max_samples": 10_000,
-            "abort_us": None,
-        }
-        times = time_artifacts(
-            harness,
-            req,
-            row,
-            {"tunehub": row["artifact"], "cudnn_default": row["vendor_default_artifact"]},
-        )
-        work = harness.workload_for(req)
-        # the same NHWC / KRSC storage viewed as channels_last NCHW tensors (no copy)
-        sets = [
-            (ins[0].permute(0, 3, 1, 2), ins[1].permute(0, 3, 1, 2), out.permute(0, 3, 1, 2))
-            for ins, out in zip(work.inputs, work.outputs, strict=True)
-        ]
-        stride, pad = row["stride"], row["pad"]
-
-        def torch_conv_only(
-            i: int, stream: int, sets: list = sets, stride: int = stride, pad: int = pad
-        ) -> None:
-            x, w, _ = sets[i]
-            torch.nn.functional.conv2d(x, w, stride=stride, padding=pad)
-
-        # torch_benchmark: torch with cudnn.benchmark on (cuDNN times its engines on the first
-        # call, outside the graph): where it beats "torch", a faster engine exists
-        for label, fn in (("torch", torch_conv_only), ("torch_benchmark", torch_conv_only)):
-            torch.backends.cudnn.benchmark = label == "torch_benchmark"
-            try:
-                run = harness.wl.time_launches(
-                    fn,
-                    len(sets),
-                    warmup_s=0.03,
-                    bench_s=0.1,
-                    min_samples=10,
-                    max_samples=10_000,
-                    abort_us=None,
-                )
-                times[label] = statistics.median(run.samples_us)
-            except Exception as exc:
-                row.setdefault("compare_errors", {})[label] = f"{type(exc).__name__}: {exc}"[:300]
-        torch.backends.cudnn.benchmark = False
-        torch.cuda.synchronize()
-        row["times_us"] = times
-        flops = _problem(row).flops()
-        row["tflops"] = {name: flops / us / 1e6 for name, us in times.items()}
-        print(
-            f"[compare] {row['model']} {row['layer']} n={row['n']}: "
-            + " ".join(f"{k}={v:.2f}us" for k, v in times.items()),
-            flush=True,
-        )
-
-
-def _miss_reason(row: dict[str, Any]) -> str:
-    """Why tunehub's answer trails a baseline on a row, from what the run recorded (no more)."""
-    t = row.get("times_us", {})
-    own, d0, tor = t.get("tunehub"), t.get("cudnn_default"), t.get("torch")
-    tried = sum(1 for c in row.get("candidates", []) if c.get("library") == "cudnn")
-    if tor and own and tor < own * 0.98:
-        default = (
-            "the cuDNN default"
-            if row.get("winner") == row.get("vendor_default")
-            else ("the winner")
-        )
-        return (
-            f"torch's call is faster than {default} and every other candidate timed "
-            f"({tried} of {row.get('discovered')} cuDNN configs); cause not measured here: an "
-            "engine config past the budget, or torch's output buffer reused by every launch "
-            "of the captured graph where tunehub's harness rotates outputs"
-        )
-    if own and d0 and own > d0:
-        return "the winner re-timed slower than the default it beat while tuning (timing spread)"
-    return "timing spread between the tuning run and the re-timing"
-
-
-def _best_cutlass_us(row: dict[str, Any]) -> float | None:
-    times = [
-        c["median_us"]
-        for c in row.get("candidates", [])
-        if c.get("library") == "cutlass" and c.get("outcome") == "ok" and c.get("median_us")
-    ]
-    return min(times) if times else None
-
-
-def write_report(out: Path, payload: dict[str, Any], stem: str = "h200-conv-vendor") -> None:
-    """The markdown page from the raw JSON (the GPU run writes both; --report redoes the page)."""
-    rows, meta = payload["rows"], payload["meta"]
-    via = meta.get("via", "through bench/h200_conv_run.sh on the lent H200")
-    lines = [
-        f"# conv2d on CNN layers: tunehub vs cuDNN on {meta.get('device')}",
-        "",
-        f"Date: {meta.get('date')}. Command: `{meta['command']}` "
-        f"({via}). torch {meta.get('torch')}, cuDNN {meta.get('cudnn')} (torch's "
-        f"{meta.get('torch_cudnn')}).",
-        "",
-        "f16, x NHWC, w KRSC, y NPQK. Every time is a median over batches of back-to-back "
-        "launches in a CUDA graph, input sets rotated over >= 2x L2, CUDA events; tunehub's "
-        "winner, the cuDNN default (heuristic mode A's first engine config rebuilt from its "
-        "engine index and knobs: the candidate every tuning job tries first) and "
-        "torch.nn.functional.conv2d on channels_last views of the same tensors (cuDNN, "
-        "benchmark mode off; `torch` times the call alone, its output is allocated by torch's "
-        "caching allocator) are timed interleaved per shape in one process on the same inputs. "
-        "Ratios are times of the baseline over tunehub's (above 1: tunehub faster). "
-        "`torch bench`: torch again with cudnn.benchmark on (its own engine search; not in the "
-        "ratios; '-' where a run did not time it).",
-        "",
-        "| model | layer | n | h | c | k | rxs/stride | winner | library | tunehub us | "
-        "cuDNN default us | torch us | torch bench us | vs cuDNN default | vs torch | "
-        "best CUTLASS us | configs | tune s |",
-        "|" + "---|" * 18,
-    ]
-    cutlass_share: list[float] = []
-    vs_default: list[float] = []
-    vs_torch: list[float] = []
-    misses: list[str] = []
-    for r in rows:
-        t = r.get("times_us", {})
-        own, d0, tor = t.get("tunehub"), t.get("cudnn_default"), t.get("torch")
-        a = d0 / own if own and d0 else None
-        b = tor / own if own and tor else None
-        if a:
-            vs_default.append(a)
-        if own and (cut := _best_cutlass_us(r)) and r.get("winner_us"):
-            cutlass_share.append(r["winner_us"] / cut)
-        if b:
-            vs_torch.append(b)
-        label = f"{r['model']} {r['layer']} n={r['n']}"
-        low = [x for x in (a, b) if x is not None and x < 0.98]
-        if low:
-            misses.append(f"{label}: {min(low):.2f}x ({_miss_reason(r)})")
-        if own is None:
-            why = r.get("compare_error") or (r.get("compare_errors") or {}).get("tunehub")
-            misses.append(f"{label}: not timed ({why or 'no verified winner'})")
-        lib = (r.get("winner_params") or {}).get("library", "-")
-        cells = [
-            r["model"],
-            r["layer"],
-            str(r["n"]),
-            str(r["h"]),
-            str(r["c"]),
-            str(r["k"]),
-            f"{r['r']}x{r['s']}/{r['stride']}",
-            f"`{r.get('winner')}`",
-            str(lib),
-            f"{own:.1f}" if own else "-",
-            f"{d0:.1f}" if d0 else "-",
-            f"{tor:.1f}" if tor else "-",
-            f"{tb:.1f}" if (tb := t.get("torch_benchmark")) else "-",
-            f"{a:.2f}x" if a else "-",
-            f"{b:.2f}x" if b else "-",
-            f"{cut:.1f}" if (cut := _best_cutlass_us(r)) else "-",
-            str(r.get("discovered", "-")),
-            f"{r.get('seconds', 0):.0f}",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        f"- Geomean vs the cuDNN default over {len(vs_default)} shapes: "
-        f"**{geomean(vs_default):.3f}x** (min {min(vs_default, default=float('nan')):.2f}x).",
-        f"- Geomean vs torch (cuDNN) over {len(vs_torch)} shapes: **{geomean(vs_torch):.3f}x** "
-        f"(min {min(vs_torch, default=float('nan')):.2f}x).",
-        f"- Targets (issue 9): no shape below 0.98x, >= 1.10x geomean. Shapes below 0.98x of "
-        f"either baseline: {sum(1 for m in misses if 'not timed' not in m)}.",
-        f"- CUTLASS 2.x head (3 kernels a shape, by the SM-fill order): its best reaches "
-        f"{geomean(cutlass_share):.2f} of the winner's speed (geomean over {len(cutlass_share)} "
-        "shapes, tuning times).",
-        f"- Tuning wall time: {meta.get('tune_wall_seconds', 0):.0f} s for {len(rows)} shapes.",
-        "",
-    ]
-    if misses:
-        lines += ["Misses:", "", *[f"- {m}" for m in misses], ""]
-    if meta.get("notes"):
-        lines += ["Notes:", "", *[f"- {n}" for n in meta["notes"]], ""]
-    (out / f"{stem}.md").write_text("\n".join(lines))
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     parser.add_argument("--cache-dir", default=".cache/tunehub")
     parser.add_argument("--deadline-s", type=float, default=200.0)
     parser.add_argument("--compare-reserve-s", type=float, default=45.0)
     parser.add_argument("--shape-seconds", type=float, default=12.0)
     parser.add_argument("--max-variants", type=int, default=24)
+    parser.add_argument(
+        "--full-list-1x1",
+        action="store_true",
+        help="1x1 layers: budget every cuDNN config discovered plus the CUTLASS head",
+    )
+    parser.add_argument(
+        "--full-list-seconds",
+        type=float,
+        default=25.0,
+        help="a whole-list shape's time cap (both caps shrink to fit --deadline-s)",
+    )
+    parser.add_argument("--only-1x1", action="store_true", help="tune and time 1x1 layers only")
     parser.add_argument("--precompile", action="store_true", help="build the CUTLASS heads here")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--report", type=Path, help="write the page of a raw JSON and exit")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.precompile:
         return precompile(args.cache_dir, args.workers)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -408,7 +298,8 @@ def main() -> int:
         run_timeout_s=60,
         tie_band=TIE_BAND,
     )
-    rows = phase_tune(args, config, deadline - args.compare_reserve_s)
+    todo = [s for s in shapes() if is_1x1(s) or not args.only_1x1]
+    rows = phase_tune(args, config, deadline - args.compare_reserve_s, todo)
     tune_wall = time.monotonic() - started
     raw = args.out / "h200-conv-vendor.json"
     meta: dict[str, Any] = {
@@ -416,7 +307,7 @@ def main() -> int:
         "command": "python3 " + " ".join(sys.argv),
     }
     raw.write_text(json.dumps({"meta": meta, "rows": rows}, default=str))
-    phase_compare(rows, deadline)
+    phase_compare(rows, deadline, DTYPE, LAYOUT)
     import torch
 
     from tuner.vendor_paths import cudnn_version
@@ -427,11 +318,16 @@ def main() -> int:
         torch=torch.__version__,
         cudnn=cudnn_version(),
         torch_cudnn=torch.backends.cudnn.version(),
+        compare_wall_seconds=time.monotonic() - started - tune_wall,
     )
     payload = {"meta": meta, "rows": rows}
     raw.write_text(json.dumps(payload, indent=1, default=str))
     write_report(args.out, payload)
-    print(f"wrote {raw} and the page (tuning {tune_wall:.0f}s)", flush=True)
+    print(
+        f"wrote {raw} and the page (tuning {tune_wall:.0f}s, "
+        f"comparing {meta['compare_wall_seconds']:.0f}s)",
+        flush=True,
+    )
     return 0
 
 

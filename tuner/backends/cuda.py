@@ -29,6 +29,7 @@ from tuner.errors import DeviceError, ToolchainError
 from tuner.reference import ELEMENT_SIZE
 from tuner.registry import load_space
 from tuner.render import TEMPLATES_DIR, render_variant, template_version
+from tuner.spaces._vendor_discovery import Discovery, VendorDiscoverySpace
 from tuner.spaces.base import Params, VariantSpace
 from tuner.stats import timing_from_samples
 from tuner.types import (
@@ -228,13 +229,25 @@ class CudaBackend(Backend):
 
     def discover(self, request: TuneRequest, arch: str) -> list[Params]:
         """The vendor algorithms of the problem (cuBLASLt's for GEMM, cuDNN's engine configs for
-        conv2d): the space's discovery build, run in the harness like a variant (a crash or
-        hang costs only the vendor candidates)."""
+        conv2d, and cuBLASLt's for a 1x1 conv2d): each of the space's discovery builds, run in
+        the harness like a variant (a crash or hang costs only that build's candidates);
+        ``last_discovery`` holds their answers, in the same order."""
         space = load_space(request.op, self.name)
-        params = getattr(space, "discovery_params", None)
-        if params is None:
+        self.last_discovery = []
+        if not isinstance(space, VendorDiscoverySpace):
             return []
-        library = str(getattr(space, "discovery_library", "cublas"))
+        discovered: list[Params] = []
+        for discovery in space.discoveries(request.problem):
+            found = self._discover_one(space, discovery, request, arch)
+            self.last_discovery += found
+            discovered += space.from_discovery(found, discovery)
+        return discovered
+
+    def _discover_one(
+        self, space: VendorDiscoverySpace, discovery: Discovery, request: TuneRequest, arch: str
+    ) -> list[dict[str, Any]]:
+        """One discovery build's answer ([] when the library is absent or the build fails)."""
+        library = discovery.library
         try:
             cudnn_paths() if library == "cudnn" else cublas_paths()
         except ToolchainError as exc:
@@ -242,7 +255,7 @@ class CudaBackend(Backend):
             return []
         variant = render_variant(
             space,
-            params,
+            discovery.params,
             request.dtype,
             request.layout,
             arch,
@@ -258,7 +271,7 @@ class CudaBackend(Backend):
             "artifact": built.artifact,
             "op": request.op,
             "problem": request.problem.dims(),
-            "requested": int(getattr(space, "requested_algos", 32)),
+            "requested": discovery.requested,
             "buffer_bytes": _DISCOVERY_BUFFER_BYTES,
         }
         try:
@@ -270,9 +283,7 @@ class CudaBackend(Backend):
         if not isinstance(found, list):
             log.warning("%s discovery failed: %s", library, answer.get("log", answer))
             return []
-        self.last_discovery = found
-        discovered: list[Params] = space.from_discovery(found)
-        return discovered
+        return found
 
     # -- device ----------------------------------------------------------------------------
 

@@ -7,13 +7,17 @@ The backend starts one ``--serve`` process per device with CUDA_VISIBLE_DEVICES 
 
     (first, unasked)                              -> {"ready": true, "device": {...}}
     {"cmd": "run", "artifact", "op", "dtype", "layout", "problem": {...}, "seed",
-     "warmup_s", "bench_s", "min_samples", "max_samples", "abort_us"}
+     "warmup_s", "bench_s", "min_samples", "max_samples", "abort_us", "fixed_output"?}
         -> {"outcome": "ok" | "runtime_error" | "wrong_result" | "aborted_slow",
             "samples_us", "log", "max_abs_error", "provenance", "suspect_reasons", "fatal"}
     {"cmd": "copy", "bytes"}                      -> {"gb_per_s", "samples_us"}
     {"cmd": "discover", "artifact", "op", "problem", "requested", "buffer_bytes"}
         -> {"algos": [{attribute: value, ...}, ...]} (a discovery build's tunehub_discover)
     {"cmd": "torch_baseline", "op", "dtype", "layout", "problem", ...} -> {"samples_us", ...}
+
+A run rotates the output sets with the input sets; ``fixed_output: true`` (the benches' control,
+never a tuning run) has every launch write output set 0 instead, as a caller that reuses one
+buffer does (it stays in L2 across launches).
 
 stdout carries answers only (one JSON line each); logs go to stderr. A CUDA fault inside a
 kernel poisons the context: the harness answers with ``fatal: true`` and exits, and the
@@ -204,7 +208,12 @@ class Harness:
             }
         ws_bytes = int(lib.tunehub_workspace_bytes(dims, n_dims))
         workspace = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device="cuda")
-        out_ptrs = [t.data_ptr() for t in work.outputs]
+        fixed_output = bool(req.get("fixed_output", False))
+        out_ptrs = (
+            [work.outputs[0].data_ptr()] * len(work.outputs)
+            if fixed_output
+            else [t.data_ptr() for t in work.outputs]
+        )
 
         def launch(i: int, stream: int) -> None:
             rc = lib.tunehub_run(
@@ -264,6 +273,7 @@ class Harness:
                 "cuda_graph": timing.graph,
                 "input_sets": len(work.inputs),
                 "input_set_bytes": work.set_bytes,
+                "fixed_output": fixed_output,
                 "pid": os.getpid(),
             },
         }

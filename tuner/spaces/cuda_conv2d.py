@@ -1,5 +1,6 @@
-"""CUDA conv2d fprop variants (NHWC, KRSC filter): CUTLASS 2.x implicit GEMM on sm_80-sm_90
-and cuDNN engine configs, one space whose params name their ``library``.
+"""CUDA conv2d fprop variants (NHWC, KRSC filter): CUTLASS 2.x implicit GEMM on sm_80-sm_90,
+cuDNN engine configs, and cuBLASLt algorithms for the layers that are a plain GEMM (1x1,
+stride 1, no padding): one space whose params name their ``library``.
 
     space = CudaConv2dSpace()
     for params in space.enumerate("f16", "nhwc", "sm_90"): ...
@@ -17,11 +18,14 @@ layers, 2026-12-04) but not yet benchmarked, so ``order`` puts them last: a defa
 not reach them until a run shows where they win.
 
 cuDNN engine configs depend on the shape and GPU, so they are not enumerated: the backend
-discovers them at tuning time (:mod:`tuner.spaces.cuda_conv2d_cudnn`). ``order`` merges the
-families: the vendor default (cuDNN heuristic mode A's #0) first, so every budget holds it, then
-the #0 of modes INSTANT (what torch's cuDNN path runs) and B, then the CUTLASS tiles that best
-fill the SMs for this shape (small batch: small tiles), then the rest of cuDNN's configs merged
-by rank, then the rest of CUTLASS.
+discovers them at tuning time (:mod:`tuner.spaces.cuda_conv2d_cudnn`); for a 1x1 stride-1
+unpadded layer a second discovery build asks cuBLASLt for the algorithms of its GEMM
+(:mod:`tuner.spaces.cuda_conv2d_cublaslt`). ``order`` merges the families: the vendor default
+(cuDNN heuristic mode A's #0) first, so every budget holds it, then the #0 of modes INSTANT
+(what torch's cuDNN path runs) and B, then cuBLASLt's first algorithms (heuristic order; 1x1
+layers only), then the CUTLASS tiles that best fill the SMs for this shape (small batch: small
+tiles), then the rest of cuDNN's configs merged by rank, the rest of cuBLASLt's, the rest of
+CUTLASS.
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ from typing import Any
 
 from tuner.errors import InvalidRequestError
 from tuner.problems import Conv2dProblem, Problem
+from tuner.spaces import cuda_conv2d_cublaslt as convlt
 from tuner.spaces import cuda_conv2d_cudnn as dnn
+from tuner.spaces import cuda_gemm_cublaslt as lt
 from tuner.spaces._cutlass_common import (
     SM90_SMEM_BYTES,
     check_dtype,
@@ -41,7 +47,7 @@ from tuner.spaces._cutlass_common import (
     sm80_class_smem_bytes,
     sm_number,
 )
-from tuner.spaces._vendor_discovery import VendorDiscoverySpace
+from tuner.spaces._vendor_discovery import Discovery, VendorDiscoverySpace
 from tuner.spaces.base import Params
 
 __all__ = ["CudaConv2dSpace", "DEFAULT_MAX_VARIANTS", "LIBRARIES"]
@@ -50,7 +56,9 @@ __all__ = ["CudaConv2dSpace", "DEFAULT_MAX_VARIANTS", "LIBRARIES"]
 DEFAULT_MAX_VARIANTS = 16
 #: ``order``: cuDNN configs tried first (the #0 of heuristic modes A, INSTANT and B)
 _VENDOR_HEAD = 3
-#: ``order``: CUTLASS kernels tried right after them
+#: ``order``: cuBLASLt algorithms (1x1 layers) tried right after them
+_CUBLASLT_HEAD = 3
+#: ``order``: CUTLASS kernels tried right after those
 _CUTLASS_HEAD = 3
 #: ``order``: estimates within this factor of the best form one band (then the next...)
 _ORDER_BAND = 1.25
@@ -58,7 +66,12 @@ _ORDER_BAND = 1.25
 #: tm*tn/(tm+tn) (operand bytes per MMA); this intensity gives half of it
 _HALF_RATE_INTENSITY = 32.0
 #: the library each template family belongs to (what a client calls)
-LIBRARIES = {"sm80": "cutlass", "sm90": "cutlass", dnn.FAMILY: "cudnn"}
+LIBRARIES = {
+    "sm80": "cutlass",
+    "sm90": "cutlass",
+    dnn.FAMILY: "cudnn",
+    convlt.FAMILY: convlt.LIBRARY,
+}
 SM90_TEMPLATE = "cuda/conv2d_sm90.cu.j2"
 #: sm_90 CUTLASS 3.x tiles (M, N, K): one consumer warpgroup holds the M x N accumulators
 _SM90_TILES = ((128, 128, 64), (128, 64, 64), (64, 128, 64), (64, 64, 64))
@@ -145,9 +158,31 @@ class CudaConv2dSpace(VendorDiscoverySpace):
             ordered += _sm90_params()
         return ordered
 
+    def discoveries(self, problem: Problem) -> list[Discovery]:
+        """cuDNN's build; for a layer that is a plain GEMM, cuBLASLt's after it."""
+        found = super().discoveries(problem)
+        if convlt.unsupported_reason(problem) is None:
+            found.append(convlt.discovery())
+        return found
+
+    def from_discovery(
+        self, found: list[dict[str, Any]], discovery: Discovery | None = None
+    ) -> list[Params]:
+        if discovery is not None and discovery.params == convlt.DISCOVERY_PARAMS:
+            return [{"library": convlt.LIBRARY, **p} for p in lt.params_from_discovery(found)]
+        return super().from_discovery(found, discovery)
+
+    def discovered_reason(self, params: Params, dtype: str, layout: str, arch: str) -> str | None:
+        if params.get("library") != convlt.LIBRARY:
+            return super().discovered_reason(params, dtype, layout, arch)
+        self.enumerate(dtype, layout, arch)  # InvalidRequestError for a dtype/layout/arch it lacks
+        return lt.invalid_reason({k: v for k, v in params.items() if k != "library"})
+
     def template_for(self, params: Params) -> str:
         if params["family"] in (dnn.FAMILY, dnn.DISCOVERY_FAMILY):
             return dnn.TEMPLATE
+        if params["family"] in (convlt.FAMILY, convlt.DISCOVERY_FAMILY):
+            return convlt.TEMPLATE
         if params["family"] == "sm90":
             return SM90_TEMPLATE
         return self.template
@@ -156,11 +191,16 @@ class CudaConv2dSpace(VendorDiscoverySpace):
         context = super().render_context(params, dtype, layout)
         if params["family"] == dnn.FAMILY:
             context["knob_pairs"] = dnn.knobs(params)
+        if params["family"] in (convlt.FAMILY, convlt.DISCOVERY_FAMILY):
+            context["layout"] = convlt.GEMM_LAYOUT  # the GEMM template's operand layout
         return context
 
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
         if not isinstance(problem, Conv2dProblem):
             return "not a conv2d problem"
+        if params.get("family") == convlt.FAMILY:
+            reason = lt.invalid_reason({k: v for k, v in params.items() if k != "library"})
+            return reason if reason is not None else convlt.unsupported_reason(problem)
         if params.get("family") in (dnn.FAMILY, "sm90"):
             if params["family"] == dnn.FAMILY:
                 reason = dnn.invalid_reason({k: v for k, v in params.items() if k != "library"})
@@ -191,13 +231,16 @@ class CudaConv2dSpace(VendorDiscoverySpace):
         if not isinstance(problem, Conv2dProblem) or not candidates:
             return list(candidates)
         vendor = [p for p in candidates if p.get("family") == dnn.FAMILY]
+        gemm = [p for p in candidates if p.get("family") == convlt.FAMILY]
         cutlass = self._order_cutlass([p for p in candidates if p.get("family") == "sm80"], problem)
         # not yet measured on a GPU: last, in the SM-fill order (see the module doc)
         sm90 = self._order_cutlass([p for p in candidates if p.get("family") == "sm90"], problem)
         return [
             *vendor[:_VENDOR_HEAD],
+            *gemm[:_CUBLASLT_HEAD],
             *cutlass[:_CUTLASS_HEAD],
             *vendor[_VENDOR_HEAD:],
+            *gemm[_CUBLASLT_HEAD:],
             *cutlass[_CUTLASS_HEAD:],
             *sm90,
         ]
@@ -228,6 +271,8 @@ class CudaConv2dSpace(VendorDiscoverySpace):
     def name(self, params: Params, dtype: str, layout: str) -> str:
         if params.get("family") in (dnn.FAMILY, dnn.DISCOVERY_FAMILY):
             return dnn.name(params, dtype, layout)
+        if params.get("family") in (convlt.FAMILY, convlt.DISCOVERY_FAMILY):
+            return convlt.name(params, dtype, layout)
         if params["family"] == "sm90":
             tile = f"{params['tile_m']}x{params['tile_n']}x{params['tile_k']}"
             return (
