@@ -24,36 +24,24 @@ or missing op is recorded in ``compare_errors`` and its columns stay empty.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.vendor_common import time_artifacts
+from bench.vendor_common import Timer, artifact_timer, interleaved_medians, launch_timer
 from tuner.problems import Conv2dProblem
 
 __all__ = ["phase_compare", "compare_row", "TIMING"]
 
 #: the harness request's timing fields for every label (torch's timings use the same)
-TIMING = {"warmup_s": 0.03, "bench_s": 0.1, "min_samples": 10, "max_samples": 10_000}
+TIMING = {"warmup_s": 0.03, "bench_s": 0.05, "min_samples": 10, "max_samples": 10_000}
+#: every label timed once a round, the order rotated, COMPARE_ROUNDS rounds
+COMPARE_ROUNDS = 3
 
 
 def _error(row: dict[str, Any], label: str, exc: BaseException | str) -> None:
     text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
     row.setdefault("compare_errors", {})[label] = text[:300]
-
-
-def _time_torch(
-    harness: Any, row: dict[str, Any], label: str, fn: Callable[[int, int], None]
-) -> float | None:
-    """Median microseconds of ``fn(set_index, stream)`` timed like the harness times a variant
-    (inputs rotated over the workload's sets); None and ``compare_errors[label]`` on failure."""
-    try:
-        run = harness.wl.time_launches(fn, len(harness.workload.inputs), abort_us=None, **TIMING)
-        return float(statistics.median(run.samples_us))
-    except Exception as exc:  # reported in the JSON; the other labels and rows go on
-        _error(row, label, exc)
-        return None
 
 
 def _verified(
@@ -79,9 +67,12 @@ def _verified(
 def compare_row(torch: Any, harness: Any, row: dict[str, Any], req: dict[str, Any]) -> None:
     """Every label of the module doc for one row, into ``row["times_us"]``."""
     artifacts = {"tunehub": row["artifact"], "cudnn_default": row["vendor_default_artifact"]}
-    times = time_artifacts(harness, req, row, artifacts)
-    fixed = time_artifacts(harness, {**req, "fixed_output": True}, row, artifacts)
-    times.update({f"{label}_fixed_out": us for label, us in fixed.items()})
+    fixed_req = {**req, "fixed_output": True}
+    timers: dict[str, Timer] = {}
+    for label, artifact in artifacts.items():
+        if artifact:
+            timers[label] = artifact_timer(harness, req, artifact)
+            timers[f"{label}_fixed_out"] = artifact_timer(harness, fixed_req, artifact)
     work = harness.workload_for(req)
     # the same NHWC / KRSC / NPQK storage viewed as channels_last NCHW tensors (no copy)
     sets = [
@@ -110,24 +101,31 @@ def compare_row(torch: Any, harness: Any, row: dict[str, Any], req: dict[str, An
             out=sets[out_set][2],
         )
 
+    def with_benchmark(timer: Timer) -> Timer:
+        # cuDNN times its engines on the first call, outside the graph: where this beats
+        # "torch", a faster engine exists
+        def run() -> list[float]:
+            torch.backends.cudnn.benchmark = True
+            try:
+                return timer()
+            finally:
+                torch.backends.cudnn.benchmark = False
+
+        return run
+
+    count = len(sets)
     torch.backends.cudnn.benchmark = False  # torch's default: cuDNN's heuristic choice
-    timed: dict[str, float | None] = {"torch": _time_torch(harness, row, "torch", conv_only)}
+    timers["torch"] = launch_timer(harness, conv_only, count, TIMING)
     if _verified(torch, harness, row, req["dtype"], lambda: conv_out(0, 0)):
-        timed["torch_out_rotated"] = _time_torch(
-            harness, row, "torch_out_rotated", lambda i, stream: conv_out(i, i)
+        timers["torch_out_rotated"] = launch_timer(
+            harness, lambda i, stream: conv_out(i, i), count, TIMING
         )
-        timed["torch_out_fixed"] = _time_torch(
-            harness, row, "torch_out_fixed", lambda i, stream: conv_out(i, 0)
+        timers["torch_out_fixed"] = launch_timer(
+            harness, lambda i, stream: conv_out(i, 0), count, TIMING
         )
-    # cuDNN times its engines on the first call, outside the graph: where this beats "torch",
-    # a faster engine exists
-    torch.backends.cudnn.benchmark = True
-    try:
-        timed["torch_benchmark"] = _time_torch(harness, row, "torch_benchmark", conv_only)
-    finally:
-        torch.backends.cudnn.benchmark = False
+    timers["torch_benchmark"] = with_benchmark(launch_timer(harness, conv_only, count, TIMING))
+    times = interleaved_medians(timers, row, COMPARE_ROUNDS)
     torch.cuda.synchronize()
-    times.update({label: us for label, us in timed.items() if us is not None})
     row["times_us"] = times
 
 

@@ -16,4 +16,4 @@ if [ "${SKIP_GPU_TESTS:-0}" != 1 ]; then
   tail -4 "$out/gpu-tests.log"
 fi
 timeout "${BENCH_SECONDS:-380}" python3 bench/vs_vendor_gemm.py --out "$out" \
-  --deadline-s "${BENCH_DEADLINE:-330}" 2>&1 | tee "$out/bench.log" | grep -E "^\[|wrote|Error"
+  --deadline-s "${BENCH_DEADLINE:-330}" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log" | grep -E "^\[|wrote|Error"

@@ -6,9 +6,18 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["geomean", "summary", "time_artifacts"]
+__all__ = [
+    "Timer",
+    "artifact_timer",
+    "geomean",
+    "interleaved_medians",
+    "launch_timer",
+    "summary",
+    "time_artifacts",
+]
 
 
 def summary(result: Any) -> dict[str, Any]:
@@ -27,21 +36,68 @@ def geomean(values: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
 
 
-def time_artifacts(
-    harness: Any, req: dict[str, Any], row: dict[str, Any], artifacts: dict[str, str | None]
+#: one timing window of a label: the samples (microseconds) of one harness run
+Timer = Callable[[], list[float]]
+
+
+def interleaved_medians(
+    timers: dict[str, Timer], row: dict[str, Any], rounds: int = 1
 ) -> dict[str, float]:
-    """Median microseconds of each labelled artifact run with ``req``; a failure goes into
-    ``row["compare_errors"][label]`` (the other labels and rows go on)."""
-    times: dict[str, float] = {}
-    for label, artifact in artifacts.items():
-        if not artifact:
-            continue
-        try:
-            answer = harness.run({**req, "artifact": artifact})
-            if answer.get("samples_us"):
-                times[label] = statistics.median(answer["samples_us"])
+    """Median microseconds per label over ``rounds`` rounds; each round times every label once,
+    the order rotated by one label a round, and a label's figure is the median of its round
+    medians. One window per label in a fixed order is biased: on a power-capped GPU the same
+    kernel measured 92 and 96 us as two labels of one row (H200, 2026-12-04 07:13 run).
+    A failing label goes into ``row["compare_errors"]`` and leaves the later rounds."""
+    medians: dict[str, list[float]] = {label: [] for label in timers}
+    active = list(timers)
+    for round_no in range(rounds):
+        if not active:
+            break
+        shift = round_no % len(active)
+        for label in active[shift:] + active[:shift]:
+            try:
+                samples = timers[label]()
+            except Exception as exc:  # reported in the JSON; the other labels and rows go on
+                row.setdefault("compare_errors", {})[label] = f"{type(exc).__name__}: {exc}"[:300]
+                samples = []
+            if samples:
+                medians[label].append(statistics.median(samples))
             else:
-                row.setdefault("compare_errors", {})[label] = answer.get("log", "")[-300:]
-        except Exception as exc:  # reported in the JSON; the other rows go on
-            row.setdefault("compare_errors", {})[label] = f"{type(exc).__name__}: {exc}"[:300]
-    return times
+                active.remove(label)
+    return {label: statistics.median(values) for label, values in medians.items() if values}
+
+
+def artifact_timer(harness: Any, req: dict[str, Any], artifact: str) -> Timer:
+    """A built variant run through the harness with ``req`` (its log is the error)."""
+
+    def run() -> list[float]:
+        answer = harness.run({**req, "artifact": artifact})
+        if not answer.get("samples_us"):
+            raise RuntimeError(str(answer.get("log", ""))[-300:])
+        return list(answer["samples_us"])
+
+    return run
+
+
+def launch_timer(
+    harness: Any, fn: Callable[[int, int], None], sets: int, timing: dict[str, Any]
+) -> Timer:
+    """``fn(set_index, stream)`` (a torch call) timed as the harness times a variant."""
+    return lambda: list(harness.wl.time_launches(fn, sets, abort_us=None, **timing).samples_us)
+
+
+def time_artifacts(
+    harness: Any,
+    req: dict[str, Any],
+    row: dict[str, Any],
+    artifacts: dict[str, str | None],
+    rounds: int = 1,
+) -> dict[str, float]:
+    """Median microseconds of each labelled artifact run with ``req`` (see
+    ``interleaved_medians``); labels without an artifact are skipped."""
+    timers = {
+        label: artifact_timer(harness, req, artifact)
+        for label, artifact in artifacts.items()
+        if artifact
+    }
+    return interleaved_medians(timers, row, rounds)

@@ -16,8 +16,8 @@ the heads of the other families (see ``_budget``), at most ``--max-variants``. P
 the winners into this process and times them, the vendor default (cuBLASLt heuristic #0, the
 same build the tuner ran) and torch.matmul (cuBLAS) with one function (batches of back-to-back
 launches in a CUDA graph, input sets rotated over >= 2x L2, CUDA events, median), interleaved
-per shape on the same inputs, and the device copy rate for the weight-streaming limit
-bytes(W) / copy rate.
+per shape on the same inputs in COMPARE_ROUNDS rounds of rotated order, and the device copy
+rate for the weight-streaming limit bytes(W) / copy rate.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -33,7 +32,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.vendor_common import geomean, summary, time_artifacts  # noqa: E402
+from bench.vendor_common import (  # noqa: E402
+    artifact_timer,
+    geomean,
+    interleaved_medians,
+    launch_timer,
+    summary,
+)
 from tuner.engine import tune  # noqa: E402
 from tuner.problems import GemmProblem  # noqa: E402
 from tuner.spaces import cuda_gemm_cublaslt as lt  # noqa: E402
@@ -54,6 +59,9 @@ ODD = [("odd", "square", 3000, 3000, 3000), ("odd", "ragged", 777, 5000, 3000)]
 DTYPE, LAYOUT = "f16", "rcr"
 ELEMENT_BYTES = 2
 TIE_BAND = 0.02
+#: phase 2: every label timed once a round, the order rotated, COMPARE_ROUNDS rounds
+COMPARE_ROUNDS = 5
+COMPARE_TIMING = {"warmup_s": 0.05, "bench_s": 0.08, "min_samples": 10, "max_samples": 10_000}
 
 
 def model_shapes() -> list[dict[str, Any]]:
@@ -100,7 +108,7 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
         print(f"device {device.key()} driver {device.driver}", flush=True)
         for pass_no in (1, 2):
             for i, shape in enumerate(model_shapes()):
-                if time.monotonic() > deadline - (0 if pass_no == 1 else args.compare_reserve_s):
+                if time.monotonic() > deadline:  # the caller kept phase 2's reserve
                     print(f"[tune] pass {pass_no}: deadline, stopping at shape {i}", flush=True)
                     break
                 problem = GemmProblem(shape["m"], shape["n"], shape["k"])
@@ -176,7 +184,8 @@ def _stable(row: dict[str, Any]) -> bool | None:
 
 
 def phase_compare(rows: list[dict[str, Any]], deadline: float) -> float:
-    """Re-time winners, the vendor default and torch.matmul in this process, interleaved."""
+    """Re-time winners, the vendor default and torch.matmul in this process, interleaved in
+    rounds (``interleaved_medians``)."""
     import torch
 
     from tuner.backends.cuda_harness import Harness, probe
@@ -196,18 +205,9 @@ def phase_compare(rows: list[dict[str, Any]], deadline: float) -> float:
             "layout": LAYOUT,
             "problem": problem,
             "seed": 0,
-            "warmup_s": 0.05,
-            "bench_s": 0.2,
-            "min_samples": 10,
-            "max_samples": 10_000,
+            **COMPARE_TIMING,
             "abort_us": None,
         }
-        times = time_artifacts(
-            harness,
-            req,
-            row,
-            {"tunehub": row["artifact"], "cublaslt_default": row["vendor_default_artifact"]},
-        )
         work = harness.workload_for(req)
         pairs = [
             (ins[0], ins[1].t(), out) for ins, out in zip(work.inputs, work.outputs, strict=True)
@@ -217,16 +217,16 @@ def phase_compare(rows: list[dict[str, Any]], deadline: float) -> float:
             a, b, c = pairs[i]
             torch.matmul(a, b, out=c)
 
-        run = harness.wl.time_launches(
-            cublas,
-            len(pairs),
-            warmup_s=0.05,
-            bench_s=0.2,
-            min_samples=10,
-            max_samples=10_000,
-            abort_us=None,
-        )
-        times["cublas"] = statistics.median(run.samples_us)
+        timers = {
+            label: artifact_timer(harness, req, artifact)
+            for label, artifact in (
+                ("tunehub", row["artifact"]),
+                ("cublaslt_default", row["vendor_default_artifact"]),
+            )
+            if artifact
+        }
+        timers["cublas"] = launch_timer(harness, cublas, len(pairs), COMPARE_TIMING)
+        times = interleaved_medians(timers, row, COMPARE_ROUNDS)
         torch.cuda.synchronize()
         row["times_us"] = times
         flops = 2.0 * row["m"] * row["n"] * row["k"]
@@ -254,8 +254,10 @@ def write_report(out: Path, payload: dict[str, Any], stem: str = "h200-gemm-vend
         "f16, layout rcr (D = X W^T, W stored [n,k]). Every time is a median over batches of "
         "back-to-back launches in a CUDA graph, input sets rotated over >= 2x L2, CUDA events; "
         "tunehub's winner, the cuBLASLt default (heuristic #0 rebuilt from its attributes, the "
-        "candidate every tuning job tries first) and torch.matmul (cuBLAS) are timed interleaved "
-        "per shape in one process on the same inputs. `limit` is bytes(W) / copy rate; "
+        "candidate every tuning job tries first) and torch.matmul (cuBLAS) are timed in one "
+        f"process on the same inputs, interleaved: {COMPARE_ROUNDS} rounds per shape, each "
+        "timing every label once in an order rotated by one label a round, and a label's time is "
+        "the median of its round medians. `limit` is bytes(W) / copy rate; "
         "`of limit` is that over the time (decode is bound by streaming W).",
         "",
         "| model | layer | m | n | k | winner | library | tunehub us | cuBLAS us | "

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bench.conv_compare import compare_row
+from bench.conv_compare import COMPARE_ROUNDS, compare_row
 
 N_SETS = 3
 
@@ -114,26 +114,34 @@ def test_every_label_is_timed_on_its_buffers() -> None:
         "torch_out_fixed",
         "torch_benchmark",
     }
-    # the harness: rotated first, then the same artifacts with one fixed output
+    # the harness: each artifact rotated and with one fixed output, once a round
     sent = [(r["artifact"], bool(r.get("fixed_output"))) for r in harness.requests]
-    assert sent == [
-        ("/cache/win/kernel.so", False),
-        ("/cache/default/kernel.so", False),
-        ("/cache/win/kernel.so", True),
-        ("/cache/default/kernel.so", True),
-    ]
+    assert sorted(sent) == sorted(
+        [
+            (art, fixed)
+            for art in ("/cache/win/kernel.so", "/cache/default/kernel.so")
+            for fixed in (False, True)
+        ]
+        * COMPARE_ROUNDS
+    )
     assert times["tunehub"] == 3.0 and times["tunehub_fixed_out"] == 2.0
-    # the .out op: once to verify (into set 0), then rotated (set i -> output i), then fixed
+    # the .out op: once to verify (into set 0), then per timing window either rotated
+    # (set i -> output i) or fixed (set i -> output 0), one window of each a round
     verify, rest = torch.out_calls[0], torch.out_calls[1:]
     assert verify[:2] == ("x0", "y0")
-    rotated, fixed = rest[: 2 * N_SETS], rest[2 * N_SETS :]
-    assert [c[:2] for c in rotated] == [(f"x{i % N_SETS}", f"y{i % N_SETS}") for i in range(6)]
-    assert [c[:2] for c in fixed] == [(f"x{i % N_SETS}", "y0") for i in range(6)]
+    windows = [rest[i : i + 2 * N_SETS] for i in range(0, len(rest), 2 * N_SETS)]
+    rotated = [(f"x{i % N_SETS}", f"y{i % N_SETS}") for i in range(2 * N_SETS)]
+    fixed = [(f"x{i % N_SETS}", "y0") for i in range(2 * N_SETS)]
+    kinds = [[c[:2] for c in w] for w in windows]
+    assert kinds.count(rotated) == kinds.count(fixed) == COMPARE_ROUNDS
+    assert len(kinds) == 2 * COMPARE_ROUNDS
     # F.conv2d's own flags, passed explicitly: padding, stride, dilation, groups, benchmark...
     assert rest[0][2] == ([0, 0], [2, 2], [1, 1], 1, False, False, False)
-    # torch with benchmark off, then on for torch_benchmark only, and off again after
+    # torch with benchmark off, and on for the torch_benchmark windows only, off again after
     flags = [bench for _, bench in torch.conv2d_calls]
-    assert flags == [False] * (2 * N_SETS) + [True] * (2 * N_SETS)
+    per_window = [flags[i : i + 2 * N_SETS] for i in range(0, len(flags), 2 * N_SETS)]
+    assert per_window.count([True] * 2 * N_SETS) == COMPARE_ROUNDS
+    assert per_window.count([False] * 2 * N_SETS) == COMPARE_ROUNDS
     assert torch.backends.cudnn.benchmark is False
     assert "compare_errors" not in row
 
