@@ -244,6 +244,7 @@ def phase_compare(rows: list[dict[str, Any]], deadline: float) -> float:
 def write_report(out: Path, payload: dict[str, Any], stem: str = "h200-gemm-vendor") -> None:
     """The markdown page from the raw JSON (the GPU run writes both; --report redoes the page)."""
     rows, meta = payload["rows"], payload["meta"]
+    rounds = int(meta.get("compare_rounds", 1))
     lines = [
         f"# GEMM on real-model shapes: tunehub vs cuBLAS on {meta['device']}",
         "",
@@ -255,9 +256,14 @@ def write_report(out: Path, payload: dict[str, Any], stem: str = "h200-gemm-vend
         "back-to-back launches in a CUDA graph, input sets rotated over >= 2x L2, CUDA events; "
         "tunehub's winner, the cuBLASLt default (heuristic #0 rebuilt from its attributes, the "
         "candidate every tuning job tries first) and torch.matmul (cuBLAS) are timed in one "
-        f"process on the same inputs, interleaved: {COMPARE_ROUNDS} rounds per shape, each "
-        "timing every label once in an order rotated by one label a round, and a label's time is "
-        "the median of its round medians. `limit` is bytes(W) / copy rate; "
+        "process on the same inputs, "
+        + (
+            f"interleaved: {rounds} rounds per shape, each timing every label once in an order "
+            "rotated by one label a round, and a label's time is the median of its round medians."
+            if rounds > 1
+            else "one window per label, one label after another."
+        )
+        + " `limit` is bytes(W) / copy rate; "
         "`of limit` is that over the time (decode is bound by streaming W).",
         "",
         "| model | layer | m | n | k | winner | library | tunehub us | cuBLAS us | "
@@ -351,6 +357,7 @@ def main() -> int:
     raw = args.out / "h200-gemm-vendor.json"
     meta: dict[str, Any] = {
         "tune_wall_seconds": tune_wall,
+        "compare_rounds": COMPARE_ROUNDS,
         "command": "python3 " + " ".join(sys.argv),
     }
     raw.write_text(json.dumps({"meta": meta, "copy_gbps": 0, "rows": rows}, default=str))
