@@ -190,6 +190,7 @@ def write_report(out: Path, payload: dict[str, Any], stem: str = "h200-conv-vend
     """The markdown page from the raw JSON (the GPU run writes both; --report redoes the page)."""
     rows, meta = payload["rows"], payload["meta"]
     via = meta.get("via", "through bench/h200_conv_run.sh on the lent H200")
+    rounds = int(meta.get("compare_rounds", 1))
     lines = [
         f"# conv2d on CNN layers: tunehub vs cuDNN on {meta.get('device')}",
         "",
@@ -203,8 +204,14 @@ def write_report(out: Path, payload: dict[str, Any], stem: str = "h200-conv-vend
         "engine index and knobs: the candidate every tuning job tries first) and "
         "torch.nn.functional.conv2d on channels_last views of the same tensors (cuDNN, "
         "benchmark mode off; `torch` times the call alone, its output is allocated by torch's "
-        "caching allocator) are timed interleaved per shape in one process on the same inputs. "
-        "Ratios are times of the baseline over tunehub's (above 1: tunehub faster). "
+        "caching allocator) are timed in one process on the same inputs, "
+        + (
+            f"interleaved: {rounds} rounds per shape, each timing every label once in an order "
+            "rotated by one label a round, a label's time the median of its round medians. "
+            if rounds > 1
+            else "one window per label, one label after another. "
+        )
+        + "Ratios are times of the baseline over tunehub's (above 1: tunehub faster). "
         "`torch bench`: torch again with cudnn.benchmark on (its own engine search; not in the "
         "ratios; '-' where a run did not time it).",
         "",

@@ -48,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.conv_compare import phase_compare  # noqa: E402
+from bench.conv_compare import COMPARE_ROUNDS, phase_compare  # noqa: E402
 from bench.conv_report import TIE_BAND, write_report  # noqa: E402
 from bench.vendor_common import summary  # noqa: E402
 from tuner.engine import candidate_params, tune  # noqa: E402
@@ -305,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     meta: dict[str, Any] = {
         "tune_wall_seconds": tune_wall,
         "command": "python3 " + " ".join(sys.argv),
+        "compare_rounds": COMPARE_ROUNDS,
     }
     raw.write_text(json.dumps({"meta": meta, "rows": rows}, default=str))
     phase_compare(rows, deadline, DTYPE, LAYOUT)
