@@ -198,3 +198,21 @@ def test_a_failed_cublaslt_discovery_keeps_the_cudnn_configs(tmp_path, monkeypat
     found = backend.discover(tune_request, "sm_90")
     assert [p["library"] for p in found] == ["cudnn", "cudnn"]
     assert backend.last_discovery == FOUND_DNN
+
+
+def test_the_conv2d_toolchain_names_cublas_beside_cudnn(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A conv2d answer may name a cuBLASLt algorithm, so cuBLAS's version keys conv2d results
+    too (a GEMM's toolchain names only cuBLAS)."""
+    import tuner.backends.cuda as cuda_backend
+    from tuner.spaces.cuda_gemm import CudaGemmSpace
+
+    monkeypatch.setattr(cuda_backend, "cublas_version", lambda: "13.1.0.3")
+    monkeypatch.setattr(cuda_backend, "cudnn_version", lambda: "9.19.0.56")
+    backend = CudaBackend(EngineConfig(cache_dir=str(tmp_path)))
+    monkeypatch.setattr(backend, "compiler_identity", lambda: "Cuda compilation tools, V13.0.88")
+    conv = backend.toolchain(CudaConv2dSpace()).libraries
+    gemm = backend.toolchain(CudaGemmSpace()).libraries
+    assert conv["cudnn"] == "9.19.0.56" and conv["cublas"] == "13.1.0.3"
+    assert gemm["cublas"] == "13.1.0.3" and "cudnn" not in gemm

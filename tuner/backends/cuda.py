@@ -167,9 +167,14 @@ class CudaBackend(Backend):
         libraries = {}
         if space.op in _CUTLASS_OPS and cutlass_version():
             libraries["cutlass"] = cutlass_version()
-        vendor = str(getattr(space, "discovery_library", "cublas"))
-        if getattr(space, "discovery_params", None) and _vendor_version(vendor):
-            libraries[vendor] = _vendor_version(vendor)
+        if getattr(space, "discovery_params", None):
+            vendors = (
+                str(getattr(space, "discovery_library", "cublas")),
+                *getattr(space, "other_vendor_libraries", ()),
+            )
+            for vendor in vendors:
+                if _vendor_version(vendor):
+                    libraries[vendor] = _vendor_version(vendor)
         return Toolchain(f"nvcc {version}", template_version(space.template), libraries)
 
     def _include_dirs(self, variants: Sequence[Variant]) -> list[str]:

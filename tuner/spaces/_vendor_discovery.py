@@ -49,6 +49,9 @@ class VendorDiscoverySpace(VariantSpace):
     discovery_library: str = "cublas"
     #: how many configs discovery asks the vendor for
     requested_algos: int = 32
+    #: vendor libraries of the builds ``discoveries`` adds for some problems (with
+    #: ``discovery_library``, their versions key the toolchain)
+    other_vendor_libraries: tuple[str, ...] = ()
     #: SMs that ``order`` fills (H100 SXM / H200 by default; pass the device's count if known)
     sm_count: int = DEFAULT_SM_COUNT
 

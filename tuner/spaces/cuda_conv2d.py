@@ -114,6 +114,8 @@ class CudaConv2dSpace(VendorDiscoverySpace):
     vendor = dnn
     #: the vendor library the discovered variants call (toolchain key, build flags)
     discovery_library = "cudnn"
+    # 1x1 layers may run as cuBLASLt GEMMs (``discoveries``)
+    other_vendor_libraries = ("cublas",)
 
     def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
         check_dtype(dtype, "conv2d")
