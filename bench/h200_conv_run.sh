@@ -2,6 +2,7 @@
 # The conv2d-vs-cuDNN run on the lent H200 (through the device tool), from a staged copy:
 #   cd .stage/conv && bash bench/h200_conv_run.sh     (carry: .stage/conv with its precompiled
 #                                                     .cache/tunehub, and .whl)
+#   WHEELS=.whl bash bench/h200_conv_run.sh            (from the repo root; carry .whl)
 # 1. installs the carried wheels (CUTLASS headers, service deps; cuDNN is beside torch there),
 # 2. the GPU tests of the cuDNN, cuBLASLt (1x1) and CUTLASS 3.x sm90 conv2d families,
 # 3. bench/vs_vendor_conv.py: ResNet-50 and ConvNeXt-T layers tuned, then timed against cuDNN.
