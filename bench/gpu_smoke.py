@@ -27,7 +27,6 @@ from tuner.engine import candidate_params, pick_winner  # noqa: E402
 from tuner.problems import ReduceProblem, SoftmaxProblem  # noqa: E402
 from tuner.reference import ELEMENT_SIZE  # noqa: E402
 from tuner.registry import load_space  # noqa: E402
-from tuner.render import render_variant  # noqa: E402
 from tuner.types import BenchResult, EngineConfig, TuneRequest  # noqa: E402
 
 log = logging.getLogger("gpu_smoke")
@@ -48,9 +47,7 @@ CHECKS: tuple[tuple[str, str, dict[str, Any]], ...] = (
 def all_variants(backend: CudaBackend, op: str, dtype: str, arch: str) -> list[Any]:
     space = load_space(op, "cuda")
     return [
-        render_variant(
-            space, params, dtype, "row", arch, backend.base_flags(arch), backend.compiler_identity()
-        )
+        backend.render(space, params, dtype, "row", arch)
         for params in space.enumerate(dtype, "row", arch)
     ]
 
@@ -191,19 +188,19 @@ def main() -> int:
         if time.monotonic() - started > args.budget_s:
             log.warning("budget spent: stopping before %s k=%d", op, k)
             break
-        dims: dict[str, Any] = {"m": args.elements // k, "k": k}
+        shape: dict[str, Any] = {"m": args.elements // k, "k": k}
         if op == "reduce":
-            dims["kind"] = "sum"
-        results = measure_problem(backend, arch, op, args.dtype, dims, variants[(op, args.dtype)])
+            shape["kind"] = "sum"
+        results = measure_problem(backend, arch, op, args.dtype, shape, variants[(op, args.dtype)])
         winner = pick_winner(results, config.tie_band)
-        problem = ReduceProblem(**dims) if op == "reduce" else SoftmaxProblem(**dims)
+        problem = ReduceProblem(**shape) if op == "reduce" else SoftmaxProblem(**shape)
         baseline = backend.request(
             {
                 "cmd": "torch_baseline",
                 "op": op,
                 "dtype": args.dtype,
                 "layout": "row",
-                "problem": dims,
+                "problem": shape,
                 "seed": 0,
             },
             120.0,
@@ -212,7 +209,7 @@ def main() -> int:
         torch_us = samples[len(samples) // 2]
         torch_gbs = problem.bytes_moved(elem) / torch_us / 1e3 if torch_us else None
         report["sweep"][f"{op}_k{k}"] = {
-            "dims": dims,
+            "dims": shape,
             "candidates": len(results),
             "winner": summary(winner) if winner else None,
             "torch_us": torch_us,

@@ -41,7 +41,6 @@ from tuner.backends.cuda_devices import PCI_ORDER_ENV  # noqa: E402
 from tuner.engine import candidate_params  # noqa: E402
 from tuner.problems import problem_from_dict  # noqa: E402
 from tuner.registry import load_backend_class, load_space  # noqa: E402
-from tuner.render import render_variant  # noqa: E402
 from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
 
 #: the jobs: (op, dtype, layout, problems, max_variants) per backend; GEMM shapes share the
@@ -117,15 +116,7 @@ def precompile(cache_dir: str, arch: str, workers: int) -> int:
             )
             candidates, _ = candidate_params(request, arch, "cuda")
             for params in candidates[:cap]:
-                variant = render_variant(
-                    space,
-                    params,
-                    dtype,
-                    layout,
-                    arch,
-                    backend.base_flags(arch),
-                    backend.compiler_identity(),
-                )
+                variant = backend.render(space, params, dtype, layout, arch)
                 variants[variant.id] = variant
     started = time.monotonic()
     results = backend.build(list(variants.values()))
@@ -442,14 +433,8 @@ def agreement(
                     if time.monotonic() > deadline:
                         break
                     arch = backend.device().arch
-                    variant = render_variant(
-                        space,
-                        problem.winner.params,
-                        state.dtype,
-                        state.layout,
-                        arch,
-                        backend.base_flags(arch),
-                        backend.compiler_identity(),
+                    variant = backend.render(
+                        space, problem.winner.params, state.dtype, state.layout, arch
                     )
                     built = backend.build([variant])[variant.id]
                     times = []

@@ -22,7 +22,6 @@ from tuner.backends.cuda import CudaBackend  # noqa: E402
 from tuner.engine import candidate_params  # noqa: E402
 from tuner.problems import problem_from_dict  # noqa: E402
 from tuner.registry import load_space  # noqa: E402
-from tuner.render import render_variant  # noqa: E402
 from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
 
 
@@ -62,15 +61,7 @@ def main() -> int:
     space = load_space(args.op, "cuda")
     candidates, _ = candidate_params(request, args.arch, "cuda")
     variants = [
-        render_variant(
-            space,
-            params,
-            args.dtype,
-            args.layout,
-            args.arch,
-            backend.base_flags(args.arch),
-            backend.compiler_identity(),
-        )
+        backend.render(space, params, args.dtype, args.layout, args.arch)
         for params in candidates[: args.max_variants]
     ]
     started = time.monotonic()

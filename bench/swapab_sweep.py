@@ -59,7 +59,6 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
 
     from tuner.backends.cuda import CudaBackend
     from tuner.backends.cuda_harness import Harness, probe
-    from tuner.render import render_variant
 
     space = CudaGemmSpace()
     backend = CudaBackend(EngineConfig(cache_dir=args.cache_dir, compile_timeout_s=240))
@@ -68,9 +67,7 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
     plans = []
     for model, layer, m, n, k in shapes:
         variants = [
-            render_variant(
-                space, p, DTYPE, LAYOUT, arch, backend.base_flags(arch), backend.compiler_identity()
-            )
+            backend.render(space, p, DTYPE, LAYOUT, arch)
             for p in picks(GemmProblem(m, n, k), args.per_shape)
         ]
         plans.append(((model, layer, m, n, k), variants))

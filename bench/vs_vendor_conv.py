@@ -107,7 +107,6 @@ def precompile(cache_dir: str, workers: int) -> int:
     """Build every shape's CUTLASS head here (the cuDNN configs are found on the GPU)."""
     from tuner.backends.cuda import CudaBackend
     from tuner.registry import load_space
-    from tuner.render import render_variant
 
     backend = CudaBackend(
         EngineConfig(cache_dir=cache_dir, compile_workers=workers, compile_timeout_s=1800)
@@ -118,15 +117,7 @@ def precompile(cache_dir: str, workers: int) -> int:
         request = TuneRequest("conv2d", DTYPE, LAYOUT, _problem(shape), backend="cuda")
         kept, _ = candidate_params(request, "sm_90", "cuda")
         for params in kept[:_CUTLASS_HEAD]:
-            variant = render_variant(
-                space,
-                params,
-                DTYPE,
-                LAYOUT,
-                "sm_90",
-                backend.base_flags("sm_90"),
-                backend.compiler_identity(),
-            )
+            variant = backend.render(space, params, DTYPE, LAYOUT, "sm_90")
             wanted[variant.id] = variant
     print(f"{len(wanted)} CUTLASS variants: {sorted(v.name for v in wanted.values())}", flush=True)
     started = time.monotonic()

@@ -30,7 +30,6 @@ from tuner import winner
 from tuner.backends.base import Backend
 from tuner.errors import InvalidRequestError, NoVariantsError
 from tuner.registry import load_space, load_strategy_class
-from tuner.render import render_variant
 from tuner.spaces.base import Params, VariantSpace
 from tuner.types import (
     BenchResult,
@@ -125,15 +124,7 @@ class BatchRunner:
     def render(self, params: Sequence[Params]) -> list[Variant]:
         arch = self.device.arch
         return [
-            render_variant(
-                self.space,
-                p,
-                self.request.dtype,
-                self.request.layout,
-                arch,
-                self.backend.base_flags(arch),
-                self.backend.compiler_identity(),
-            )
+            self.backend.render(self.space, p, self.request.dtype, self.request.layout, arch)
             for p in params
         ]
 

@@ -22,7 +22,7 @@ from tests.gpu.gpu_helpers import GPU_MARKS
 from tuner.backends.cuda import CudaBackend
 from tuner.problems import ReduceProblem, SoftmaxProblem
 from tuner.registry import load_space
-from tuner.render import TEMPLATES_DIR, render_variant
+from tuner.render import TEMPLATES_DIR
 from tuner.types import EngineConfig, Outcome, TuneRequest, Variant
 
 pytestmark = GPU_MARKS
@@ -66,15 +66,7 @@ def _request(op: str, dtype: str, dims: dict) -> TuneRequest:
 
 def _space_variant(backend: CudaBackend, op: str, dtype: str, params: dict) -> Variant:
     arch = backend.device().arch
-    return render_variant(
-        load_space(op, "cuda"),
-        params,
-        dtype,
-        "row",
-        arch,
-        backend.base_flags(arch),
-        backend.compiler_identity(),
-    )
+    return backend.render(load_space(op, "cuda"), params, dtype, "row", arch)
 
 
 def _raw_variant(backend: CudaBackend, name: str, body: str) -> Variant:

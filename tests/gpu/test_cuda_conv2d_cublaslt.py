@@ -16,7 +16,6 @@ from tests.gpu.gpu_helpers import GPU_MARKS, module_cuda_backend
 from tuner.backends.cuda import CudaBackend
 from tuner.problems import Conv2dProblem
 from tuner.registry import load_space
-from tuner.render import render_variant
 from tuner.types import Outcome, TuneRequest, Variant
 
 pytestmark = GPU_MARKS
@@ -35,15 +34,7 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CudaBackend]:
 
 
 def _variant(backend: CudaBackend, params: dict, dtype: str, arch: str) -> Variant:
-    return render_variant(
-        load_space("conv2d", "cuda"),
-        params,
-        dtype,
-        "nhwc",
-        arch,
-        backend.base_flags(arch),
-        backend.compiler_identity(),
-    )
+    return backend.render(load_space("conv2d", "cuda"), params, dtype, "nhwc", arch)
 
 
 @pytest.mark.parametrize(("dtype", "problem"), PROBLEMS)

@@ -14,7 +14,6 @@ from tests.gpu.gpu_helpers import GPU_MARKS, module_cuda_backend
 from tuner.backends.cuda import CudaBackend
 from tuner.problems import Conv2dProblem
 from tuner.registry import load_space
-from tuner.render import render_variant
 from tuner.types import Outcome, TuneRequest
 
 pytestmark = GPU_MARKS
@@ -42,15 +41,7 @@ def test_discovered_cudnn_engine_configs_verify(
     assert all(p["library"] == "cudnn" for p in found)
     space = load_space("conv2d", "cuda")
     for params in (found[0], found[-1]):  # the vendor default and the last config found
-        variant = render_variant(
-            space,
-            params,
-            dtype,
-            "nhwc",
-            arch,
-            backend.base_flags(arch),
-            backend.compiler_identity(),
-        )
+        variant = backend.render(space, params, dtype, "nhwc", arch)
         built = backend.build([variant])[variant.id]
         assert built.ok and built.artifact, built.log[-3000:]
         result = backend.run(variant, built.artifact, request)

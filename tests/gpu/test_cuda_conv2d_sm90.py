@@ -15,7 +15,6 @@ from tests.gpu.gpu_helpers import GPU_MARKS, module_cuda_backend
 from tuner.backends.cuda import CudaBackend
 from tuner.problems import Conv2dProblem
 from tuner.registry import load_space
-from tuner.render import render_variant
 from tuner.types import Outcome, TuneRequest
 
 pytestmark = GPU_MARKS
@@ -45,10 +44,7 @@ def test_an_sm90_conv_variant_verifies(backend: CudaBackend) -> None:
         request = TuneRequest(
             op="conv2d", dtype="f16", layout="nhwc", problem=problem, backend="cuda"
         )
-        variant = render_variant(
-            space, params, "f16", "nhwc", arch, backend.base_flags(arch),
-            backend.compiler_identity(),
-        )  # fmt: skip
+        variant = backend.render(space, params, "f16", "nhwc", arch)  # fmt: skip
         built = backend.build([variant])[variant.id]
         assert built.ok and built.artifact, built.log[-3000:]
         result = backend.run(variant, built.artifact, request)

@@ -15,7 +15,6 @@ from tuner.backends.cuda import CudaBackend
 from tuner.engine import tune
 from tuner.problems import GemmProblem
 from tuner.registry import load_space
-from tuner.render import render_variant
 from tuner.spaces import cuda_gemm_cublaslt as lt
 from tuner.spaces._cublaslt_extras import SOURCE_ENUMERATED, SOURCE_HEURISTIC
 from tuner.types import Budget, Outcome, TuneRequest
@@ -36,14 +35,8 @@ def _request(dtype: str, layout: str, m: int, n: int, k: int, **kw) -> TuneReque
 
 def _run(backend: CudaBackend, request: TuneRequest, params: dict):
     arch = backend.device().arch
-    variant = render_variant(
-        load_space("gemm", "cuda"),
-        params,
-        request.dtype,
-        request.layout,
-        arch,
-        backend.base_flags(arch),
-        backend.compiler_identity(),
+    variant = backend.render(
+        load_space("gemm", "cuda"), params, request.dtype, request.layout, arch
     )
     built = backend.build([variant])[variant.id]
     assert built.ok and built.artifact, built.log[-3000:]

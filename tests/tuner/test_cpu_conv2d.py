@@ -105,9 +105,7 @@ CASES = [
 )
 def test_one_build_verifies_on_every_shape(backend: CpuBackend, dtype: str, params: Params) -> None:
     arch = backend.device().arch
-    variant = render_variant(
-        SPACE, params, dtype, "nhwc", arch, backend.base_flags(arch), backend.compiler_identity()
-    )
+    variant = backend.render(SPACE, params, dtype, "nhwc", arch)
     built = backend.build([variant])[variant.id]
     assert built.ok, built.log
     assert built.artifact is not None

@@ -124,9 +124,7 @@ def test_one_build_verifies_on_every_shape(
     backend: CpuBackend, dtype: str, layout: str, params: Params
 ) -> None:
     arch = backend.device().arch
-    variant = render_variant(
-        SPACE, params, dtype, layout, arch, backend.base_flags(arch), backend.compiler_identity()
-    )
+    variant = backend.render(SPACE, params, dtype, layout, arch)
     built = backend.build([variant])[variant.id]
     assert built.ok, built.log
     assert built.artifact is not None

@@ -78,9 +78,7 @@ def test_unknown_dtype_or_layout_is_invalid_request() -> None:
 )
 def test_real_variants_verify_for_every_kind(backend: CpuBackend, dtype: str, params: dict) -> None:
     arch = backend.device().arch
-    variant = render_variant(
-        SPACE, params, dtype, "row", arch, backend.base_flags(arch), backend.compiler_identity()
-    )
+    variant = backend.render(SPACE, params, dtype, "row", arch)
     built = backend.build([variant])[variant.id]
     assert built.ok, built.log
     assert built.artifact is not None

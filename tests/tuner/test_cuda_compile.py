@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from tuner.backends.cuda import CudaBackend
-from tuner.render import render_variant
 from tuner.spaces.cuda_reduce import CudaReduceSpace
 from tuner.spaces.cuda_softmax import CudaSoftmaxSpace
 from tuner.types import EngineConfig
@@ -66,16 +65,7 @@ def _dims(*values: int) -> tuple[ctypes.Array, int]:
 def test_variants_compile_and_export_the_abi(tmp_path: Path) -> None:
     backend = CudaBackend(EngineConfig(cache_dir=str(tmp_path), compile_workers=2))
     variants = [
-        render_variant(
-            space,
-            params,
-            dtype,
-            "row",
-            "sm_90",
-            backend.base_flags("sm_90"),
-            backend.compiler_identity(),
-        )
-        for space, dtype, params in CASES
+        backend.render(space, params, dtype, "row", "sm_90") for space, dtype, params in CASES
     ]
     builds = backend.build(variants)
     for variant in variants:
@@ -114,15 +104,7 @@ def test_variants_compile_and_export_the_abi(tmp_path: Path) -> None:
 def test_register_softmax_refuses_rows_it_cannot_hold(tmp_path: Path) -> None:
     backend = CudaBackend(EngineConfig(cache_dir=str(tmp_path)))
     space, dtype, params = CASES[2]
-    variant = render_variant(
-        space,
-        params,
-        dtype,
-        "row",
-        "sm_90",
-        backend.base_flags("sm_90"),
-        backend.compiler_identity(),
-    )
+    variant = backend.render(space, params, dtype, "row", "sm_90")
     built = backend.build([variant])[variant.id]
     assert built.ok, built.log
     lib = ctypes.CDLL(str(built.artifact))

@@ -12,7 +12,6 @@ import pytest
 from tuner.backends.cuda import CudaBackend
 from tuner.errors import ToolchainError
 from tuner.problems import Conv2dProblem
-from tuner.render import render_variant
 from tuner.spaces import cuda_conv2d_cublaslt as convlt
 from tuner.spaces.cuda_conv2d import CudaConv2dSpace
 from tuner.types import EngineConfig
@@ -40,18 +39,7 @@ def test_conv2d_cublaslt_discovery_and_algorithm_variants_compile(tmp_path: Path
     discovery = space.discoveries(POINTWISE)[1]
     algo = space.from_discovery([ALGO], discovery)[0]
     wanted = [(discovery.params, "f16"), (algo, "f16"), (algo, "bf16")]
-    variants = [
-        render_variant(
-            space,
-            p,
-            dtype,
-            "nhwc",
-            "sm_90",
-            backend.base_flags("sm_90"),
-            backend.compiler_identity(),
-        )
-        for p, dtype in wanted
-    ]
+    variants = [backend.render(space, p, dtype, "nhwc", "sm_90") for p, dtype in wanted]
     assert [v.name for v in variants] == [
         "conv2d_f16_nhwc_lt_discover",
         "conv2d_f16_nhwc_lt_a66_t18_s35_k1_r0_w0_c0_i0_cl2",

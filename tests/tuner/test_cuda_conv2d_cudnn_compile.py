@@ -11,7 +11,6 @@ import pytest
 
 from tuner.backends.cuda import CudaBackend
 from tuner.errors import ToolchainError
-from tuner.render import render_variant
 from tuner.spaces.cuda_conv2d import CudaConv2dSpace
 from tuner.types import EngineConfig
 from tuner.vendor_paths import cudnn_paths
@@ -39,18 +38,7 @@ def test_cudnn_discovery_and_engine_variants_compile(tmp_path: Path) -> None:
         (space.from_discovery([ENGINE_CONFIG])[0], "f16"),
         (space.from_discovery([no_knobs])[0], "bf16"),
     ]
-    variants = [
-        render_variant(
-            space,
-            p,
-            dtype,
-            "nhwc",
-            "sm_90",
-            backend.base_flags("sm_90"),
-            backend.compiler_identity(),
-        )
-        for p, dtype in wanted
-    ]
+    variants = [backend.render(space, p, dtype, "nhwc", "sm_90") for p, dtype in wanted]
     assert "{ 2, 7 }, { 14, 4 }, { 27, 1 }" in variants[1].source
     results = backend.build(variants)
     for variant in variants:

@@ -10,7 +10,6 @@ import pytest
 
 from tuner.backends.cuda import CudaBackend
 from tuner.errors import ToolchainError
-from tuner.render import render_variant
 from tuner.spaces.cuda_conv2d import CudaConv2dSpace
 from tuner.types import EngineConfig
 
@@ -35,9 +34,6 @@ def test_an_sm90_conv_variant_compiles(tmp_path: Path) -> None:
     backend = CudaBackend(
         EngineConfig(cache_dir=str(tmp_path), compile_workers=1, compile_timeout_s=900)
     )
-    variant = render_variant(
-        space, params, "f16", "nhwc", "sm_90", backend.base_flags("sm_90"),
-        backend.compiler_identity(),
-    )  # fmt: skip
+    variant = backend.render(space, params, "f16", "nhwc", "sm_90")  # fmt: skip
     result = backend.build([variant])[variant.id]
     assert result.ok and result.artifact, f"{variant.name}:\n{result.log[-4000:]}"

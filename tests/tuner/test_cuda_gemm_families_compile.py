@@ -11,7 +11,6 @@ import pytest
 
 from tuner.backends.cuda import CudaBackend
 from tuner.errors import ToolchainError
-from tuner.render import render_variant
 from tuner.spaces.cuda_gemm import CudaGemmSpace
 from tuner.types import EngineConfig
 from tuner.vendor_paths import cublas_paths
@@ -43,18 +42,7 @@ def test_cublaslt_discovery_variant_and_skinny_compile(tmp_path: Path) -> None:
         (space.from_discovery([LT_ALGO])[0], "bf16", "rrr"),
         (skinny, "bf16", "rcr"),
     ]
-    variants = [
-        render_variant(
-            space,
-            p,
-            dtype,
-            layout,
-            "sm_90",
-            backend.base_flags("sm_90"),
-            backend.compiler_identity(),
-        )
-        for p, dtype, layout in wanted
-    ]
+    variants = [backend.render(space, p, dtype, layout, "sm_90") for p, dtype, layout in wanted]
     results = backend.build(variants)
     for variant in variants:
         result = results[variant.id]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from tuner.render import render_variant
 from tuner.spaces.base import Params, VariantSpace
 from tuner.types import (
     BenchResult,
@@ -59,6 +60,15 @@ class Backend(ABC):
     @abstractmethod
     def compiler_identity(self) -> str:
         """Compiler path + version text; part of every variant id and cache key."""
+
+    def render(
+        self, space: VariantSpace, params: Params, dtype: str, layout: str, arch: str
+    ) -> Variant:
+        """One variant of ``space`` rendered for this backend (its flags and compiler identity
+        are part of the variant id)."""
+        return render_variant(
+            space, params, dtype, layout, arch, self.base_flags(arch), self.compiler_identity()
+        )
 
     @abstractmethod
     def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]: ...

@@ -28,7 +28,7 @@ from tuner.cutlass_paths import cutlass_include_dirs, cutlass_version
 from tuner.errors import DeviceError, ToolchainError
 from tuner.reference import ELEMENT_SIZE
 from tuner.registry import load_space
-from tuner.render import TEMPLATES_DIR, render_variant, template_version
+from tuner.render import TEMPLATES_DIR, template_version
 from tuner.spaces._vendor_discovery import Discovery, VendorDiscoverySpace
 from tuner.spaces.base import Params, VariantSpace
 from tuner.stats import timing_from_samples
@@ -258,15 +258,7 @@ class CudaBackend(Backend):
         except ToolchainError as exc:
             log.warning("no %s candidates: %s", library, exc)
             return []
-        variant = render_variant(
-            space,
-            discovery.params,
-            request.dtype,
-            request.layout,
-            arch,
-            self.base_flags(arch),
-            self.compiler_identity(),
-        )
+        variant = self.render(space, discovery.params, request.dtype, request.layout, arch)
         built = self.build([variant])[variant.id]
         if not built.ok or built.artifact is None:
             log.warning("%s discovery did not build: %s", library, built.log[-2000:])
