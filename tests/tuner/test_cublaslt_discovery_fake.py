@@ -7,13 +7,12 @@ from __future__ import annotations
 import ctypes
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tuner.errors import ToolchainError
+from tests.tuner.cuda_helpers import require_toolchain
 from tuner.render import render_variant
 from tuner.spaces import cuda_gemm_cublaslt as lt
 from tuner.spaces.cuda_gemm import CudaGemmSpace
@@ -42,18 +41,12 @@ def _bound(name: str) -> int:
 
 @pytest.fixture(scope="module")
 def discovery(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc is not on PATH")
-    try:
-        include = cublas_paths().include
-    except ToolchainError as exc:
-        pytest.skip(str(exc))
+    include = require_toolchain(cublas_paths).include
     folder = tmp_path_factory.mktemp("fake_lt")
     source = folder / "discover.cu"
     source.write_text(_source())
     library = folder / "discover.so"
-    command = [nvcc, "-std=c++17", "-shared", "-Xcompiler", "-fPIC,-Wall", f"-I{include}",
+    command = ["nvcc", "-std=c++17", "-shared", "-Xcompiler", "-fPIC,-Wall", f"-I{include}",
                str(source), str(FAKE), "-o", str(library)]  # fmt: skip
     proc = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]

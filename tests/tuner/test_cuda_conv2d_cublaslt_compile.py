@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import ctypes
-import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.tuner.cuda_helpers import require_toolchain
 from tuner.backends.cuda import CudaBackend
-from tuner.errors import ToolchainError
 from tuner.problems import Conv2dProblem
 from tuner.spaces import cuda_conv2d_cublaslt as convlt
 from tuner.spaces.cuda_conv2d import CudaConv2dSpace
@@ -26,12 +25,7 @@ POINTWISE = Conv2dProblem(8, 56, 56, 96, 384, 1, 1)
 
 
 def test_conv2d_cublaslt_discovery_and_algorithm_variants_compile(tmp_path: Path) -> None:
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
-    try:
-        cublas_paths()
-    except ToolchainError as exc:
-        pytest.skip(str(exc))
+    require_toolchain(cublas_paths)
     space = CudaConv2dSpace()
     backend = CudaBackend(
         EngineConfig(cache_dir=str(tmp_path), compile_workers=2, compile_timeout_s=600)

@@ -4,13 +4,12 @@ backend's own build (which adds cuDNN's headers and links it for that family).""
 from __future__ import annotations
 
 import ctypes
-import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.tuner.cuda_helpers import require_toolchain
 from tuner.backends.cuda import CudaBackend
-from tuner.errors import ToolchainError
 from tuner.spaces.cuda_conv2d import CudaConv2dSpace
 from tuner.types import EngineConfig
 from tuner.vendor_paths import cudnn_paths
@@ -22,12 +21,7 @@ ENGINE_CONFIG = {"engine": 41, "knobs": {"2": 7, "14": 4, "27": 1}, "source": "h
 
 
 def test_cudnn_discovery_and_engine_variants_compile(tmp_path: Path) -> None:
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
-    try:
-        cudnn_paths()
-    except ToolchainError as exc:
-        pytest.skip(str(exc))
+    require_toolchain(cudnn_paths)
     space = CudaConv2dSpace()
     backend = CudaBackend(
         EngineConfig(cache_dir=str(tmp_path), compile_workers=2, compile_timeout_s=600)

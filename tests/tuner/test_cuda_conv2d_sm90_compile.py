@@ -3,13 +3,13 @@ CUDA backend's own build (about 75 s on two cores)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.tuner.cuda_helpers import require_toolchain
 from tuner.backends.cuda import CudaBackend
-from tuner.errors import ToolchainError
+from tuner.cutlass_paths import cutlass_include_dirs
 from tuner.spaces.cuda_conv2d import CudaConv2dSpace
 from tuner.types import EngineConfig
 
@@ -17,14 +17,7 @@ pytestmark = pytest.mark.nvcc
 
 
 def test_an_sm90_conv_variant_compiles(tmp_path: Path) -> None:
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
-    try:
-        from tuner.cutlass_paths import cutlass_include_dirs
-
-        cutlass_include_dirs()
-    except ToolchainError as exc:
-        pytest.skip(str(exc))
+    require_toolchain(cutlass_include_dirs)
     space = CudaConv2dSpace()
     params = next(
         p

@@ -4,13 +4,12 @@ the CUDA backend's own build (which adds cuBLASLt's headers and links it for tha
 from __future__ import annotations
 
 import ctypes
-import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.tuner.cuda_helpers import require_toolchain
 from tuner.backends.cuda import CudaBackend
-from tuner.errors import ToolchainError
 from tuner.spaces.cuda_gemm import CudaGemmSpace
 from tuner.types import EngineConfig
 from tuner.vendor_paths import cublas_paths
@@ -22,12 +21,7 @@ LT_ALGO = {"algo": 66, "tile": 18, "stages": 35, "splitk": 1, "reduction": 0, "s
 
 
 def test_cublaslt_discovery_variant_and_skinny_compile(tmp_path: Path) -> None:
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
-    try:
-        cublas_paths()
-    except ToolchainError as exc:
-        pytest.skip(str(exc))
+    require_toolchain(cublas_paths)
     space = CudaGemmSpace()
     skinny = next(
         p

@@ -7,13 +7,13 @@ Each build takes 25-70 s on two cores, so this file keeps to four, compiled two 
 from __future__ import annotations
 
 import ctypes
-import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.tuner.cuda_helpers import require_toolchain
 from tuner.compile import CompileCache, build_variants
-from tuner.errors import ToolchainError
+from tuner.cutlass_paths import cutlass_include_dirs
 from tuner.render import render_variant
 from tuner.spaces.cuda_conv2d import CudaConv2dSpace
 from tuner.spaces.cuda_gemm import CudaGemmSpace
@@ -28,14 +28,7 @@ _ARCH_FLAGS = {
 
 
 def _include_dirs() -> tuple[str, ...]:
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
-    try:
-        from tuner.cutlass_paths import cutlass_include_dirs
-
-        return cutlass_include_dirs()
-    except ToolchainError as exc:
-        pytest.skip(str(exc))
+    return require_toolchain(cutlass_include_dirs)
 
 
 def _first(space, dtype: str, layout: str, arch: str, name: str):
