@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.vendor_common import geomean
+from tuner.winner import TIE_BAND
 
 __all__ = [
     "TIE_BAND",
@@ -26,8 +27,6 @@ __all__ = [
     "write_report",
 ]
 
-#: relative band inside which two times tie (the engine's tie band in the run)
-TIE_BAND = 0.02
 #: the output-buffer controls of a row's ``times_us`` (a run before 2026-12-04 08:00 has none)
 CONTROL_LABELS = {
     "tunehub_fixed_out": "tunehub's winner, every launch writing output set 0",

@@ -44,6 +44,7 @@ from tuner.problems import GemmProblem  # noqa: E402
 from tuner.spaces import cuda_gemm_cublaslt as lt  # noqa: E402
 from tuner.spaces._cublaslt_extras import SOURCE_HEURISTIC  # noqa: E402
 from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
+from tuner.winner import TIE_BAND  # noqa: E402
 
 #: (model, layer, n, k): W is [n, k]
 MODEL_LAYERS = [
@@ -58,7 +59,6 @@ DECODE_MS = (1, 4, 16, 64)
 ODD = [("odd", "square", 3000, 3000, 3000), ("odd", "ragged", 777, 5000, 3000)]
 DTYPE, LAYOUT = "f16", "rcr"
 ELEMENT_BYTES = 2
-TIE_BAND = 0.02
 #: phase 2: every label timed once a round, the order rotated, COMPARE_ROUNDS rounds
 COMPARE_ROUNDS = 5
 COMPARE_TIMING = {"warmup_s": 0.05, "bench_s": 0.08, "min_samples": 10, "max_samples": 10_000}

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tuner.problems import Problem
+from tuner.winner import TIE_BAND
 
 __all__ = [
     "Objective",
@@ -93,7 +94,7 @@ class EngineConfig:
     confirm_band: float = 0.15
     confirm_max: int = 6
     #: relative band inside which two medians are a tie (broken by variant name)
-    tie_band: float = 0.02
+    tie_band: float = TIE_BAND
     #: stop timing a candidate early once its median is this many times the best so far
     #: (backends whose early stop tests a confidence interval use the tie band instead)
     abort_slower_than: float = 3.0
