@@ -200,15 +200,22 @@ class Runtime:
         return self._config
 
     def configure(self, client: ArtifactClient | None = None, **changes: Any) -> TorchConfig:
+        """Change the configuration (None values keep theirs) and forget resolved shapes and
+        counts. The client is made again from the new settings when ``server``, ``token`` or
+        ``cache_dir`` change; a given ``client`` is used as it is."""
         with self._lock:
-            config = replace(self.config, **{k: v for k, v in changes.items() if v is not None})
+            old = self.config
+            config = replace(old, **{k: v for k, v in changes.items() if v is not None})
             if config.load not in LOAD_POLICIES:
                 raise ValueError(f"load must be one of {LOAD_POLICIES}, not {config.load!r}")
             self._config = config
-            self._client = client
-            self._client_made = client is not None
-            self._down_until = 0.0
-            self.kernels.clear()
+            if client is not None:
+                self._client, self._client_made = client, True
+            elif (config.server, config.token, config.cache_dir) != (
+                old.server, old.token, old.cache_dir
+            ):  # fmt: skip
+                self._client, self._client_made = None, False
+            self.reset()
             return config
 
     @property
@@ -221,9 +228,14 @@ class Runtime:
             self._client_made = True
         return self._client
 
-    def reset(self) -> None:
-        """Forget every resolved shape and the counts (loaded libraries stay loaded)."""
+    def reset(self, configuration: bool = False) -> None:
+        """Forget every resolved shape and the counts (loaded libraries stay loaded); with
+        ``configuration``, also what ``configure`` set (the environment is read again)."""
         with self._lock:
+            if configuration:
+                self._config = None
+                self._client = None
+                self._client_made = False
             self.kernels.clear()
             self.shapes.clear()
             self.unsupported.clear()
@@ -400,9 +412,7 @@ class Runtime:
 
     # -- what the ops report ----------------------------------------------------------------
 
-    def note_unsupported(
-        self, op: str, tensor: torch.Tensor, layout: str, message: str
-    ) -> None:
+    def note_unsupported(self, op: str, tensor: torch.Tensor, layout: str, message: str) -> None:
         """A call the ops hand to torch before asking anyone (a dtype, dim or argument
         tunehub has no kernel for): said once per (op, shape, why), counted per call."""
         key = (op, tensor.dtype, tuple(tensor.shape), tensor.device, message)

@@ -7,7 +7,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Fallback", "FALLBACK_REASONS", "RECORDED_REASONS", "ShapeStat", "OpCounts", "TorchStats"]
+__all__ = [
+    "Fallback",
+    "FALLBACK_REASONS",
+    "RECORDED_REASONS",
+    "ShapeStat",
+    "OpCounts",
+    "TorchStats",
+]
 
 #: why an op call ran torch's own op (``Fallback.reason``)
 FALLBACK_REASONS = (

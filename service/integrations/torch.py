@@ -133,10 +133,11 @@ def stats() -> TorchStats:
     return RUNTIME.stats()
 
 
-def reset() -> None:
+def reset(configuration: bool = False) -> None:
     """Forget the resolved shapes and the counts: the next call of each shape asks again
-    (e.g. after ``tunehub tune --from-file``). Loaded libraries stay loaded."""
-    RUNTIME.reset()
+    (e.g. after ``tunehub tune --from-file``). Loaded libraries stay loaded. With
+    ``configuration``, forget what :func:`configure` set too (the environment is read again)."""
+    RUNTIME.reset(configuration)
 
 
 # -- the ops -------------------------------------------------------------------------------------
@@ -311,4 +312,3 @@ def unpatch(model: nn.Module) -> nn.Module:
             if type(module) is tuned:
                 module.__class__ = base
     return model
-
