@@ -1,9 +1,12 @@
 """Rebuilds a variant from its source (``GET /v1/variants/{id}/build``) with this machine's
 compiler, for teams that choose to compile rather than load downloaded code.
 
-The build record names the compiler (``g++`` or ``nvcc``), its flags and the header packages the
-source needs (``cutlass``, ``cublaslt``, ``cudnn``); a missing compiler or header package is
-a :class:`BuildError` that says what to install. The shared object lands in
+The build record (``VariantBuildOut``) names the compiler (``g++`` or ``nvcc``) and its
+identity, the flags, the header packages the source needs (``cutlass``, ``cublas``,
+``cudnn``) and the libraries to link by soname; the command is ``compiler_name build_flags
+flags -I<headers> source -o kernel.so -l:<soname>...``. A missing compiler or header package
+is a :class:`BuildError` that says what to install; a local compiler of another identity is
+used, with a warning. The shared object lands in
 ``<build_dir>/<sha256 of the record>/kernel.so`` and is reused by every later process. The
 compiler runs from an argv list (never a shell) with a timeout.
 
@@ -34,7 +37,7 @@ log = logging.getLogger(__name__)
 DEFAULT_BUILD_TIMEOUT_S = 900.0
 _HINTS = {
     "cutlass": "pip install nvidia-cutlass (or tunehub[cuda])",
-    "cublaslt": "pip install nvidia-cublas (or tunehub[vendor])",
+    "cublas": "pip install nvidia-cublas (or tunehub[vendor])",
     "cudnn": "pip install nvidia-cudnn-cu13 (or tunehub[vendor])",
 }
 
@@ -50,10 +53,14 @@ class BuildRecord(Protocol):
     variant_id: str
     source: str
     flags: list[str]
+    #: what building a loadable shared object adds (-shared -fPIC)
+    build_flags: list[str]
+    #: the identity of the compiler the variant was built and measured with
+    compiler: str
     compiler_name: str
-    compiler_identity: str
     needs: list[str]
-    link_libs: list[str]
+    #: sonames to link (-l:<soname>)
+    link: list[str]
 
 
 @dataclass(frozen=True)
@@ -93,8 +100,8 @@ def needed_build(needs: Sequence[str]) -> VendorBuild:
     for need in needs:
         if need == "cutlass":
             found = _cutlass()
-        elif need in ("cublaslt", "cublas"):
-            found = _nvidia(("cu13", "cublas"), "cublasLt.h", "libcublasLt.so.*", "cublaslt")
+        elif need in ("cublas", "cublaslt"):
+            found = _nvidia(("cu13", "cublas"), "cublasLt.h", "libcublasLt.so.*", "cublas")
         elif need == "cudnn":
             found = _nvidia(("cudnn",), "cudnn_backend.h", "libcudnn.so.*", "cudnn")
         else:
@@ -108,10 +115,11 @@ def _record_key(record: BuildRecord) -> str:
     fields = {
         "source": record.source,
         "flags": list(record.flags),
+        "build_flags": list(record.build_flags),
         "compiler": record.compiler_name,
-        "identity": record.compiler_identity,
+        "identity": record.compiler,
         "needs": list(record.needs),
-        "link": list(record.link_libs),
+        "link": list(record.link),
     }
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
@@ -120,10 +128,10 @@ def _argv(
     compiler: str, record: BuildRecord, vendor: VendorBuild, source: Path, output: Path
 ) -> list[str]:
     cuda = Path(record.compiler_name).name == "nvcc"
-    argv = [compiler, *record.flags]
+    argv = [compiler, *record.build_flags, *record.flags]
     if "-shared" not in argv:
         argv.append("-shared")
-    if cuda:
+    if cuda and "-fPIC" not in argv:
         argv += ["-Xcompiler", "-fPIC"]
     elif "-fPIC" not in argv:
         argv.append("-fPIC")
@@ -131,7 +139,25 @@ def _argv(
     argv += ["-o", str(output), str(source)]
     for lib in vendor.lib_dirs:
         argv += [f"-L{lib}", *(["-Xlinker", f"-rpath={lib}"] if cuda else [f"-Wl,-rpath,{lib}"])]
-    return argv + list(record.link_libs)
+    return argv + [f"-l:{soname}" for soname in record.link]
+
+
+def _check_identity(compiler: str, record: BuildRecord) -> None:
+    """Warn when this machine's compiler is not the one the variant was measured with."""
+    try:
+        proc = subprocess.run(
+            [compiler, "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    lines = proc.stdout.strip().splitlines()
+    release = [line for line in lines if "release" in line]  # nvcc's version line
+    mine = (release or lines or [""])[0].strip()
+    if mine and mine not in record.compiler:
+        log.warning(
+            "building variant %s with %s; it was measured with %s (its timing may differ)",
+            record.variant_id, mine, record.compiler,
+        )  # fmt: skip
 
 
 def build_variant(
@@ -148,6 +174,7 @@ def build_variant(
     if compiler is None:
         raise BuildError(f"{record.compiler_name} is not on PATH: cannot build from source")
     vendor = needed_build(record.needs)
+    _check_identity(compiler, record)
     suffix = ".cu" if Path(record.compiler_name).name == "nvcc" else ".cpp"
     build_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=build_dir, prefix=".build-"))

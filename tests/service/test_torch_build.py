@@ -59,7 +59,7 @@ def test_header_packages_are_found_where_tuner_finds_them(monkeypatch: pytest.Mo
             needed_build(["cutlass"])
     else:
         assert needed_build(["cutlass"]).include_dirs == expected
-    for need, paths in (("cublaslt", cublas_paths), ("cudnn", cudnn_paths)):
+    for need, paths in (("cublas", cublas_paths), ("cudnn", cudnn_paths)):
         try:
             found = paths()
         except ToolchainError:
@@ -82,10 +82,11 @@ class FixtureBuildRecord:
     op: str = "SOFTMAX"
     variant_id: str = "fixture-softmax"
     flags: list[str] = field(default_factory=lambda: ["-O1", "-std=c++17"])
+    build_flags: list[str] = field(default_factory=lambda: ["-shared", "-fPIC"])
     compiler_name: str = "g++"
-    compiler_identity: str = "g++ (test)"
+    compiler: str = "g++ (test)"
     needs: list[str] = field(default_factory=list)
-    link_libs: list[str] = field(default_factory=list)
+    link: list[str] = field(default_factory=list)
     extra: str = ""
 
     @property
@@ -94,10 +95,12 @@ class FixtureBuildRecord:
 
 
 @needs_gxx
-def test_build_variant_builds_once(tmp_path: Path) -> None:
+def test_build_variant_builds_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     record = FixtureBuildRecord()
     path, built = build_variant(record, tmp_path)
     assert built and path.is_file() and path.name == "kernel.so"
+    # the record's compiler is not this machine's: built anyway, and said
+    assert "it was measured with g++ (test)" in caplog.text
     assert build_variant(record, tmp_path) == (path, False)
     assert not list(tmp_path.glob(".build-*"))  # no staging folder left behind
 
