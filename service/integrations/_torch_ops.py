@@ -32,11 +32,9 @@ __all__ = [
 
 #: the pointer alignment the kernels' vector loads need (torch's allocations have 512)
 _ALIGN = 16
-
-
-def _entry(op: str, layout: str, x: torch.Tensor, dims: tuple[int, ...]) -> Entry:
-    entry = RUNTIME.kernels.get((op, layout, x.dtype, dims, x.device))
-    return entry if entry is not None else RUNTIME.entry(op, layout, x.dtype, dims, x.device)
+#: how many leading ABI dims are sizes (reduce's kind, rms_norm's eps and conv2d's stride,
+#: pad and dilation follow them)
+_SIZE_DIMS = {"gemm": 3, "reduce": 2, "softmax": 2, "rms_norm": 2, "conv2d": 7}
 
 
 def _ready(t: torch.Tensor) -> torch.Tensor:
@@ -44,17 +42,31 @@ def _ready(t: torch.Tensor) -> torch.Tensor:
     return t if t.data_ptr() % _ALIGN == 0 else t.clone()
 
 
-def _runnable(*tensors: torch.Tensor) -> str | None:
-    """Why tunehub has no kernel for these operands (None: it may have one)."""
-    first = tensors[0]
-    if first.dtype not in DTYPES:
-        return f"dtype {first.dtype} (tunehub kernels take float16, bfloat16, float32)"
-    if first.device.type not in ("cpu", "cuda"):
-        return f"{first.device.type} tensors"
-    for other in tensors[1:]:
-        if other.dtype != first.dtype or other.device != first.device:
-            return "operands of different dtypes or devices"
+def _kernel(op: str, layout: str, x: torch.Tensor, dims: tuple[int, ...]) -> Entry | None:
+    """The shape's entry: one dict lookup once resolved. The first call checks what tunehub
+    has kernels for (a call it has none for is noted, and gets None) and resolves the shape."""
+    entry = RUNTIME.kernels.get((op, layout, x.dtype, dims, x.device))
+    if entry is not None:
+        return entry
+    if x.dtype not in DTYPES:
+        why = f"dtype {x.dtype} (tunehub kernels take float16, bfloat16, float32)"
+    elif x.device.type not in ("cpu", "cuda"):
+        why = f"{x.device.type} tensors"
+    elif min(dims[: _SIZE_DIMS[op]]) <= 0:
+        why = "an empty operand"
+    else:
+        return RUNTIME.entry(op, layout, x.dtype, dims, x.device)
+    RUNTIME.note_unsupported(op, x, layout, why)
     return None
+
+
+def _same(x: torch.Tensor, *others: torch.Tensor | None) -> bool:
+    """Whether every operand has x's dtype and device (None: an absent bias)."""
+    return all(o is None or (o.dtype == x.dtype and o.device == x.device) for o in others)
+
+
+def _mixed(op: str, x: torch.Tensor, layout: str) -> None:
+    RUNTIME.note_unsupported(op, x, layout, "operands of different dtypes or devices")
 
 
 # -- linear and matmul (gemm) ------------------------------------------------------------------
@@ -64,20 +76,19 @@ def linear_kernel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     k = x.shape[-1]
     n = weight.shape[0]
     m = x.numel() // k if k else 0
-    why = _runnable(x, weight) or (None if m and n and k else "an empty operand")
-    if why is None and bias is not None and (bias.dtype != x.dtype or bias.shape != (n,)):
-        why = "a bias of another dtype or shape"
-    if why is None:
-        entry = _entry("gemm", "rcr", x, (m, n, k))
-        if entry.library is not None:
-            out = torch.empty((m, n), dtype=x.dtype, device=x.device)
-            if entry.launch((_ready(x.reshape(m, k)), _ready(weight)), out):
-                if bias is not None:
-                    out += bias
-                return out.view(*x.shape[:-1], n)
-        entry.stat.fallback_calls += 1
-    else:
-        RUNTIME.note_unsupported("gemm", x, "rcr", why)
+    # operands torch refuses (k or the bias shape wrong) go to torch, which says why
+    if weight.dim() == 2 and weight.shape[1] == k and (bias is None or bias.shape == (n,)):
+        if not _same(x, weight, bias):
+            _mixed("gemm", x, "rcr")
+        elif (entry := _kernel("gemm", "rcr", x, (m, n, k))) is not None:
+            if entry.library is not None:
+                out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+                a = x if x.dim() == 2 else x.reshape(m, k)
+                if entry.launch((_ready(a), _ready(weight)), out):
+                    if bias is not None:
+                        out += bias
+                    return out if x.dim() == 2 else out.view(*x.shape[:-1], n)
+            entry.stat.fallback_calls += 1
     return F.linear(x, weight, bias).contiguous()
 
 
@@ -88,16 +99,15 @@ def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 def matmul_kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     m, k = a.shape
     n = b.shape[1]
-    why = _runnable(a, b) or (None if m and n and k else "an empty operand")
-    if why is None:
-        entry = _entry("gemm", "rrr", a, (m, n, k))
-        if entry.library is not None:
-            out = torch.empty((m, n), dtype=a.dtype, device=a.device)
-            if entry.launch((_ready(a), _ready(b)), out):
-                return out
-        entry.stat.fallback_calls += 1
-    else:
-        RUNTIME.note_unsupported("gemm", a, "rrr", why)
+    if b.shape[0] == k:
+        if not _same(a, b):
+            _mixed("gemm", a, "rrr")
+        elif (entry := _kernel("gemm", "rrr", a, (m, n, k))) is not None:
+            if entry.library is not None:
+                out = torch.empty((m, n), dtype=a.dtype, device=a.device)
+                if entry.launch((_ready(a), _ready(b)), out):
+                    return out
+            entry.stat.fallback_calls += 1
     return torch.matmul(a, b).contiguous()
 
 
@@ -114,17 +124,13 @@ def _rows(x: torch.Tensor) -> tuple[int, int]:
 
 
 def softmax_kernel(x: torch.Tensor) -> torch.Tensor:
-    m, k = _rows(x)
-    why = _runnable(x) or (None if m and k else "an empty operand")
-    if why is None:
-        entry = _entry("softmax", "row", x, (m, k))
+    entry = _kernel("softmax", "row", x, _rows(x))
+    if entry is not None:
         if entry.library is not None:
             out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
             if entry.launch((_ready(x),), out):
                 return out
         entry.stat.fallback_calls += 1
-    else:
-        RUNTIME.note_unsupported("softmax", x, "row", why)
     return torch.softmax(x, dim=-1).contiguous()
 
 
@@ -137,17 +143,13 @@ _SUM = 0
 
 
 def sum_kernel(x: torch.Tensor) -> torch.Tensor:
-    m, k = _rows(x)
-    why = _runnable(x) or (None if m and k else "an empty operand")
-    if why is None:
-        entry = _entry("reduce", "row", x, (m, k, _SUM))
+    entry = _kernel("reduce", "row", x, (*_rows(x), _SUM))
+    if entry is not None:
         if entry.library is not None:
             out = torch.empty(x.shape[:-1], dtype=x.dtype, device=x.device)
             if entry.launch((_ready(x),), out):
                 return out
         entry.stat.fallback_calls += 1
-    else:
-        RUNTIME.note_unsupported("reduce", x, "row", why)
     return torch.sum(x, dim=-1).contiguous()
 
 
@@ -171,18 +173,15 @@ def eps_bits(eps: float) -> int:
 
 def rms_norm_kernel(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     m, k = _rows(x)
-    why = _runnable(x, weight) or (None if m and k else "an empty operand")
-    if why is None and weight.shape != (k,):
-        why = f"a weight of shape {tuple(weight.shape)}, not ({k},)"
-    if why is None:
-        entry = _entry("rms_norm", "row", x, (m, k, eps_bits(eps)))
-        if entry.library is not None:
-            out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-            if entry.launch((_ready(x), _ready(weight)), out):
-                return out
-        entry.stat.fallback_calls += 1
-    else:
-        RUNTIME.note_unsupported("rms_norm", x, "row", why)
+    if weight.shape == (k,):
+        if not _same(x, weight):
+            _mixed("rms_norm", x, "row")
+        elif (entry := _kernel("rms_norm", "row", x, (m, k, eps_bits(eps)))) is not None:
+            if entry.library is not None:
+                out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+                if entry.launch((_ready(x), _ready(weight)), out):
+                    return out
+            entry.stat.fallback_calls += 1
     return rms_norm_reference(x, weight, eps).contiguous()
 
 
@@ -206,28 +205,26 @@ def conv2d_kernel(
     dilation: int,
 ) -> torch.Tensor:
     n, c, h, w = x.shape
-    k, _, r, s = weight.shape
+    k, c_filter, r, s = weight.shape
     p = _conv_out(h, padding, dilation, r, stride)
     q = _conv_out(w, padding, dilation, s, stride)
-    why = _runnable(x, weight) or (None if min(n, c, h, w, k, p, q) > 0 else "an empty operand")
-    if why is None and bias is not None and (bias.dtype != x.dtype or bias.shape != (k,)):
-        why = "a bias of another dtype or shape"
-    if why is None:
+    shapes_ok = c_filter == c and min(p, q, stride, dilation) > 0 and padding >= 0
+    if shapes_ok and (bias is None or bias.shape == (k,)):
         dims = (n, h, w, c, k, r, s, stride, padding, dilation)
-        entry = _entry("conv2d", "nhwc", x, dims)
-        if entry.library is not None:
-            # NCHW tensors in channels_last memory are NHWC (input) and KRSC (filter) arrays
-            nhwc = _ready(x.permute(0, 2, 3, 1))
-            krsc = _ready(weight.permute(0, 2, 3, 1))
-            out = torch.empty((n, k, p, q), dtype=x.dtype, device=x.device,
-                              memory_format=torch.channels_last)  # fmt: skip
-            if entry.launch((nhwc, krsc), out):
-                if bias is not None:
-                    out += bias.view(1, k, 1, 1)
-                return out
-        entry.stat.fallback_calls += 1
-    else:
-        RUNTIME.note_unsupported("conv2d", x, "nhwc", why)
+        if not _same(x, weight, bias):
+            _mixed("conv2d", x, "nhwc")
+        elif (entry := _kernel("conv2d", "nhwc", x, dims)) is not None:
+            if entry.library is not None:
+                # NCHW tensors in channels_last memory are NHWC (input) and KRSC (filter) arrays
+                nhwc = _ready(x.permute(0, 2, 3, 1))
+                krsc = _ready(weight.permute(0, 2, 3, 1))
+                out = torch.empty((n, k, p, q), dtype=x.dtype, device=x.device,
+                                  memory_format=torch.channels_last)  # fmt: skip
+                if entry.launch((nhwc, krsc), out):
+                    if bias is not None:
+                        out += bias.view(1, k, 1, 1)
+                    return out
+            entry.stat.fallback_calls += 1
     y = F.conv2d(x, weight, bias, stride, padding, dilation)
     return y.contiguous(memory_format=torch.channels_last)
 

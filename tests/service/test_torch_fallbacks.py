@@ -260,3 +260,27 @@ def test_stats_format_names_sources_and_reasons(client: FakeArtifactClient, fixt
     assert "gemm: 2 calls on tunehub kernels, 1 on torch (not_tuned 1)" in text
     assert "gemm f32 m=4,n=7,k=8 x2: artifact [gemm_fixture-gemm_rcr-" in text
     assert "gemm f32 m=5,n=7,k=8 x1: fallback: not tuned yet" in text
+
+
+def test_operands_torch_refuses_raise_torchs_error(
+    client: FakeArtifactClient, fixtures: Path
+) -> None:
+    """A served shape whose operands do not fit never reaches the kernel: torch raises."""
+    client.serve("gemm", "rcr", {"m": 4, "n": 7, "k": 8}, DEVICE,
+                 build_fixture(fixtures, "GEMM_RCR"))  # fmt: skip
+    x = torch.randn(4, 8)
+    with torch.inference_mode():
+        with pytest.raises(RuntimeError):
+            tunehub_torch.linear(x, torch.randn(7, 9))  # k differs
+        with pytest.raises(RuntimeError):
+            tunehub_torch.linear(x, torch.randn(7, 8), torch.randn(3))  # bias of 3 for n = 7
+        with pytest.raises(RuntimeError):
+            tunehub_torch.matmul(x, torch.randn(9, 7))
+        with pytest.raises(RuntimeError):
+            image = torch.randn(1, 3, 8, 8).to(memory_format=torch.channels_last)
+            tunehub_torch.conv2d(image, torch.randn(4, 5, 3, 3))  # 5 filter channels for 3
+        with pytest.raises(RuntimeError, match="same dtype"):
+            tunehub_torch.linear(x, torch.randn(7, 8, dtype=torch.float64))
+    assert client.best_calls == 0
+    (shape,) = tunehub_torch.stats().shapes
+    assert shape.fallback is not None and "different dtypes" in shape.fallback.message
