@@ -187,9 +187,8 @@ class Runtime:
         self._client: ArtifactClient | None = None
         self._client_made = False
         self._down_until = 0.0
-        env_record = os.environ.get("TUNEHUB_RECORD")
-        if env_record:
-            self.recorders.append(ShapeRecorder(env_record))
+        #: the recorder of TUNEHUB_RECORD, read with the rest of the environment
+        self._env_recorder: ShapeRecorder | None = None
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -197,7 +196,16 @@ class Runtime:
     def config(self) -> TorchConfig:
         if self._config is None:
             self._config = config_from_env()
+            self._record_from_env()
         return self._config
+
+    def _record_from_env(self) -> None:
+        if self._env_recorder is not None:
+            self.recorders.remove(self._env_recorder)
+            self._env_recorder = None
+        if path := os.environ.get("TUNEHUB_RECORD"):
+            self._env_recorder = ShapeRecorder(path)
+            self.recorders.append(self._env_recorder)
 
     def configure(self, client: ArtifactClient | None = None, **changes: Any) -> TorchConfig:
         """Change the configuration (None values keep theirs) and forget resolved shapes and
@@ -280,6 +288,7 @@ class Runtime:
 
     def fell_back(self, stat: ShapeStat, fallback: Fallback) -> None:
         """Say once (a warning) that this shape runs torch's op, and record it."""
+        self.config  # noqa: B018  (reads the environment, TUNEHUB_RECORD included, once)
         stat.fallback = fallback
         stat.source = str(fallback)
         dims = ",".join(f"{k}={v}" for k, v in stat.problem.items())

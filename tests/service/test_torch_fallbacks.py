@@ -243,12 +243,16 @@ def test_record_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyP
     path = tmp_path / "env.jsonl"
     monkeypatch.setenv("TUNEHUB_RECORD", str(path))
     runtime = Runtime()
+    assert runtime.config.load == "auto"  # the environment is read on first use
     (recorder,) = runtime.recorders
     assert isinstance(recorder, ShapeRecorder) and recorder.path == path
     stat = tunehub_torch.ShapeStat("softmax", "f32", "row", {"m": 2, "k": 3}, DEVICE, "")
     runtime.fell_back(stat, tunehub_torch.Fallback("not_tuned", "not tuned yet"))
     runtime.fell_back(stat, tunehub_torch.Fallback("not_tuned", "not tuned yet"))
     assert len(path.read_text().splitlines()) == 1
+    monkeypatch.delenv("TUNEHUB_RECORD")
+    runtime.reset(configuration=True)
+    assert runtime.config is not None and runtime.recorders == []  # read again: off
 
 
 def test_stats_format_names_sources_and_reasons(client: FakeArtifactClient, fixtures: Path) -> None:
