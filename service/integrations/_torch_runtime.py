@@ -10,6 +10,7 @@ ctypes call (or torch's op). A fallback is logged once per shape and counted per
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -397,7 +398,12 @@ class Runtime:
         client = self.client
         assert client is not None  # an answer came from it
         folder.mkdir(parents=True, exist_ok=True)
-        path = client.fetch_artifact(ref, folder)  # raises ArtifactMismatch on a bad sha256
+        try:
+            path = client.fetch_artifact(ref, folder)  # ArtifactMismatch on a bad sha256
+        except BaseException:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # nothing was kept: leave no empty folder either
+            raise
         return load_library(path, ref.sha256), "artifact"
 
     def _load_source(self, answer: BestConfigOut) -> tuple[KernelLibrary, str]:
