@@ -4,8 +4,8 @@ tensors records its untuned shapes; ``tunehub tune --from-file`` tunes them (the
 uploads each winner's artifact); the model runs again on the downloaded artifacts
 (sha256-checked, loaded once) and matches torch; the stats say which shapes ran tunehub's
 kernels, from where, and which fell back. A tampered artifact in the service's store is
-refused before loading; a second client cache downloads again (no compile); with the service
-down, the caches answer."""
+refused before loading; a second client cache downloads again (no compile); the source policy
+builds the winners here instead; with the service down, the caches answer."""
 
 from __future__ import annotations
 
@@ -191,7 +191,13 @@ def test_record_tune_then_run_on_artifacts(
     assert {s.source for s in shapes if s.op in tuned_ops()} == {"artifact"}
     assert not (second_cache / "builds").exists()
 
-    # 7. the service down: the answer cache and the artifacts on disk serve
+    # 7. a team that compiles instead: the variants' sources, built here with g++
+    tunehub_torch.configure(cache_dir=tmp_path / "client-3", load="source")
+    shapes = check(model, x)
+    assert {s.source for s in shapes if s.op in tuned_ops()} == {"source build"}
+    assert not (tmp_path / "client-3" / "artifacts").exists()
+
+    # 8. the service down: the answer cache and the artifacts on disk serve
     loop.service.stop()
     tunehub_torch.reset()
     shapes = check(model, x)
