@@ -152,6 +152,9 @@ class Entry:
         library = self.library
         if library is None:
             return False
+        if self.cuda and output.device.index != torch.cuda.current_device():
+            with torch.cuda.device(output.device):  # kernels launch on the current device
+                return self.launch(inputs, output)
         pointers = (ctypes.c_void_p * len(inputs))(*[t.data_ptr() for t in inputs])
         workspace = None
         if self.workspace:
