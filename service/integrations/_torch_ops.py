@@ -11,6 +11,7 @@ channels_last), whichever path ran.
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Callable
 
@@ -35,6 +36,8 @@ _ALIGN = 16
 #: how many leading ABI dims are sizes (reduce's kind, rms_norm's eps and conv2d's stride,
 #: pad and dilation follow them)
 _SIZE_DIMS = {"gemm": 3, "reduce": 2, "softmax": 2, "rms_norm": 2, "conv2d": 7}
+#: float32 +inf: eps bit patterns from here up are refused (as the kernels refuse them)
+_INFINITY_BITS = 0x7F800000
 
 
 def _ready(t: torch.Tensor) -> torch.Tensor:
@@ -166,17 +169,27 @@ def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tor
     return weight * hidden.to(x.dtype)
 
 
-def eps_bits(eps: float) -> int:
-    """The uint32 bit pattern of the float32 ``eps`` (rms_norm's third ABI dim)."""
-    return int(struct.unpack("<I", struct.pack("<f", eps))[0])
+def eps_bits(eps: float) -> int | None:
+    """The uint32 bit pattern of the float32 ``eps`` (rms_norm's third ABI dim); None for an
+    eps the kernels refuse (negative, infinite, NaN, beyond float32)."""
+    if not math.isfinite(eps) or eps < 0:
+        return None
+    try:
+        bits = int(struct.unpack("<I", struct.pack("<f", eps))[0])
+    except OverflowError:
+        return None
+    return bits if bits < _INFINITY_BITS else None
 
 
 def rms_norm_kernel(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     m, k = _rows(x)
+    bits = eps_bits(eps)
     if weight.shape == (k,):
         if not _same(x, weight):
             _mixed("rms_norm", x, "row")
-        elif (entry := _kernel("rms_norm", "row", x, (m, k, eps_bits(eps)))) is not None:
+        elif bits is None:
+            RUNTIME.note_unsupported("rms_norm", x, "row", f"eps {eps!r}")
+        elif (entry := _kernel("rms_norm", "row", x, (m, k, bits))) is not None:
             if entry.library is not None:
                 out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
                 if entry.launch((_ready(x), _ready(weight)), out):

@@ -231,4 +231,7 @@ def test_patch_swaps_module_classes(client: FakeArtifactClient, fixtures: Path) 
 
 def test_eps_bits() -> None:
     assert eps_bits(1e-5) == 0x3727C5AC
-    assert eps_bits(1e-6) == 0x358637BD
+    assert eps_bits(1e-6) == 0x358637BD == 897988541
+    assert eps_bits(0.0) == 0
+    for refused in (-1e-6, float("inf"), float("nan"), 1e39):
+        assert eps_bits(refused) is None
