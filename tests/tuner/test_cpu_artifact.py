@@ -151,7 +151,7 @@ def test_record_problem_names_what_does_not_add_up(reduce_artifact: BuiltArtifac
     other_flags = dataclasses.replace(record, flags=(*record.flags, "-g"))
     assert "hash to" in (record_problem(other_flags, "cpu") or "")
     assert record.variant_source is not None
-    tampered = record.source.replace("return TUNEHUB_OK;", "system(\"true\"); return 0;", 1)
+    tampered = record.source.replace("return TUNEHUB_OK;", 'system("true"); return 0;', 1)
     assert record_problem(dataclasses.replace(record, source=tampered), "cpu") is not None
     no_wrapped = dataclasses.replace(record, variant_source=None)
     assert record_problem(no_wrapped, "cpu") is not None  # the unit does not hash to the id

@@ -63,7 +63,9 @@ def test_needs_name_the_external_headers_of_each_family() -> None:
     for params in space.enumerate("f16", "rcr", "sm_90"):
         family = str(params.get("family"))
         if family not in by_family:
-            by_family[family] = needs_of(backend.render(space, params, "f16", "rcr", "sm_90").source)
+            by_family[family] = needs_of(
+                backend.render(space, params, "f16", "rcr", "sm_90").source
+            )
     assert by_family["skinny"] == ()
     assert by_family["sm90"] == ("cutlass",)
     lt = backend.render(space, space.from_discovery([LT_ALGO])[0], "f16", "rcr", "sm_90")
