@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import platformdirs
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings", "get_settings"]
@@ -31,6 +31,14 @@ class Settings(BaseSettings):
     #: request bodies over this many bytes are refused with 413 (``/v1/import``: its own)
     max_body_bytes: int = Field(default=8 << 20, ge=1024)
     max_import_bytes: int = Field(default=64 << 20, ge=1024)
+    #: where uploaded artifacts are kept, content-addressed (``<dir>/<sha[:2]>/<sha>``); point
+    #: it at a shared volume to share it; empty means ``<data_dir>/artifacts``
+    artifact_dir: Path | None = None
+    #: an artifact over this many bytes is refused with 413
+    max_artifact_bytes: int = Field(default=64 << 20, ge=1024)
+    #: a lease may store at most this many artifacts (its winner, and a stored winner it
+    #: measured again); a further one is refused with 409
+    max_artifacts_per_lease: int = Field(default=4, ge=1, le=1000)
     #: refuse uploaded measurements whose variant the op's space does not accept for the
     #: problem and device (tuner.verify); off only for tests that upload synthetic variants
     verify_variants: bool = True
@@ -45,6 +53,11 @@ class Settings(BaseSettings):
     #: environment): the ceiling of the UI's bandwidth plots
     copy_gbps: dict[str, float] = Field(default_factory=dict)
 
+    @field_validator("artifact_dir", mode="before")
+    @classmethod
+    def _blank_is_default(cls, value: object) -> object:
+        return None if value == "" else value
+
     @model_validator(mode="after")
     def _default_database(self) -> Settings:
         if not self.database_url:
@@ -54,6 +67,11 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    @property
+    def artifact_root(self) -> Path:
+        """The artifact directory: ``artifact_dir``, else ``<data_dir>/artifacts``."""
+        return self.artifact_dir if self.artifact_dir else self.data_dir / "artifacts"
 
     @property
     def local_worker_enabled(self) -> bool:

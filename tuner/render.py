@@ -11,7 +11,13 @@ import jinja2
 from tuner.spaces.base import Params, VariantSpace
 from tuner.types import Variant
 
-__all__ = ["TEMPLATES_DIR", "template_environment", "template_version", "render_variant"]
+__all__ = [
+    "TEMPLATES_DIR",
+    "template_environment",
+    "template_version",
+    "variant_id",
+    "render_variant",
+]
 
 #: kernel_templates/ beside the packages (the repo root in a checkout or editable install)
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "kernel_templates"
@@ -39,6 +45,18 @@ def template_version(template: str, root: str = str(TEMPLATES_DIR)) -> str:
     return digest.hexdigest()[:12]
 
 
+def variant_id(
+    source: str, flags: tuple[str, ...], compiler_identity: str, template_version: str
+) -> str:
+    """The content id of a rendered variant: sha256 of its source, flags, compiler identity and
+    template version (each followed by a NUL). The service recomputes it from a build record."""
+    digest = hashlib.sha256()
+    for part in (source, "\0".join(flags), compiler_identity, template_version):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
 def render_variant(
     space: VariantSpace,
     params: Params,
@@ -60,20 +78,11 @@ def render_variant(
         .render(**space.render_context(params, dtype, layout))
     )
     flags = tuple(base_flags) + tuple(space.flags(params, arch))
-    digest = hashlib.sha256()
-    for part in (
-        source,
-        "\0".join(flags),
-        compiler_identity,
-        template_version(space.template, root),
-    ):
-        digest.update(part.encode())
-        digest.update(b"\0")
     return Variant(
         op=space.op,
         name=space.name(params, dtype, layout),
         params=dict(params),
         source=source,
         flags=flags,
-        id=digest.hexdigest(),
+        id=variant_id(source, flags, compiler_identity, template_version(space.template, root)),
     )

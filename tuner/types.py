@@ -26,6 +26,9 @@ __all__ = [
     "Timing",
     "BenchResult",
     "ProblemResult",
+    "ABI_VERSION",
+    "BuildRecord",
+    "BuiltArtifact",
 ]
 
 
@@ -235,3 +238,51 @@ class ProblemResult:
     results: list[BenchResult] = field(default_factory=list)
     winner: BenchResult | None = None
     seconds: float = 0.0
+
+
+#: the C ABI every built artifact exports (tunehub_can_run, tunehub_workspace_bytes, tunehub_run,
+#: tunehub_describe): kernel_templates/cuda/_tunehub_abi.cuh, kernel_templates/cpu/_tunehub_abi.h
+ABI_VERSION = "tunehub-1"
+
+
+@dataclass(frozen=True)
+class BuildRecord:
+    """What rebuilds a variant's artifact on another machine with the same toolchain.
+
+    ``compiler_name build_flags flags -I<headers of needs> source -o kernel.so -l:<link>...``
+    builds it. The variant id is sha256 of ``variant_source`` (``source`` when that is None),
+    ``flags``, ``compiler`` and ``template_version`` (:func:`tuner.render.variant_id`).
+    """
+
+    variant_id: str
+    name: str
+    op: str
+    #: the translation unit to compile: the CUDA rendered source as it is; on the CPU the
+    #: rendered source with tunehub's own headers (_harness.h, _tunehub_abi.h) inlined
+    source: str
+    #: the variant's flags (part of its id)
+    flags: tuple[str, ...]
+    #: what building a loadable shared object adds to them (-shared -fPIC)
+    build_flags: tuple[str, ...]
+    #: the compiler's identity text (part of the id)
+    compiler: str
+    #: the compiler command: "g++", "nvcc"
+    compiler_name: str
+    template_version: str
+    #: external header packages the source includes: "cutlass", "cublas", "cudnn"
+    needs: tuple[str, ...] = ()
+    #: shared libraries to link, by soname ("libcublasLt.so.13"; link each with -l:<soname>)
+    link: tuple[str, ...] = ()
+    #: the rendered source the id hashes, where ``source`` wraps it (the CPU); None: ``source``
+    variant_source: str | None = None
+
+
+@dataclass(frozen=True)
+class BuiltArtifact:
+    """A variant's loadable shared object (exporting the ABI_VERSION C ABI) and its record."""
+
+    backend: str
+    path: str
+    sha256: str
+    size: int
+    record: BuildRecord

@@ -10,9 +10,11 @@ against its own API (the local worker).
 While a task runs, heartbeats report progress (at most once a second) and a thread keeps
 the lease alive during long compiles (every few seconds); the server's
 ``cancelled`` flag or a lost lease (409) stops the tune between candidates. Measurements are
-uploaded in batches while tuning and once more with ``final=True`` at the end. A tuner error
-or any unexpected exception fails the task (final upload with the error text) and the agent
-takes the next one; a lost lease abandons the task without a final upload.
+uploaded in batches while tuning and once more with ``final=True`` at the end; then the
+winner's artifact is built and uploaded (:mod:`service.agent.artifacts`; a failure there is
+logged, never the task's). A tuner error or any unexpected exception fails the task (final
+upload with the error text) and the agent takes the next one; a lost lease abandons the task
+without a final upload.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from service.agent.artifacts import share_artifacts
 from service.agent.wire import device_in, measurement_in, request_from_task, toolchain_report
 from service.client import ClientError, ConnectionFailed, LeaseLost, TunehubClient
 from service.schemas.common import MAX_LOG_CHARS, DeviceIn, DeviceReport
@@ -34,6 +37,7 @@ from service.schemas.worker import (
     LeaseRequest,
     MeasurementIn,
     ResultsIn,
+    ResultsOut,
     ToolchainReport,
     WorkerRegister,
 )
@@ -41,7 +45,7 @@ from tuner.backends.base import Backend
 from tuner.engine import tune
 from tuner.errors import ToolchainError, TunerError
 from tuner.registry import load_backend_class, load_space
-from tuner.types import BenchResult, DeviceInfo, EngineConfig
+from tuner.types import BenchResult, DeviceInfo, EngineConfig, ProblemResult
 
 __all__ = ["WorkerAgent"]
 
@@ -132,13 +136,13 @@ class _UploadingObserver:
                 if final.model_dump(include=_TIMING) != first.model_dump(include=_TIMING):
                     self.state.pending.append(final.model_copy(update={"retimed": True}))
 
-    def flush(self, final: bool, error: str | None = None) -> None:
+    def flush(self, final: bool, error: str | None = None) -> ResultsOut | None:
         with self.state.lock:
             batch, self.state.pending = self.state.pending, []
         if not batch and not final:
-            return
+            return None
         try:
-            self.agent.client.upload_results(
+            reply = self.agent.client.upload_results(
                 self.state.lease_id,
                 ResultsIn(
                     device=self.device,
@@ -152,6 +156,7 @@ class _UploadingObserver:
             self.state.lost = True
             raise
         self.last_upload = time.monotonic()
+        return reply
 
 
 class WorkerAgent:
@@ -170,6 +175,7 @@ class WorkerAgent:
         upload_batch: int = 8,
         upload_interval_s: float = 5.0,
         backend_factory: BackendFactory = _default_backend_factory,
+        upload_artifacts: bool = True,
     ) -> None:
         self.client = client
         self.engine_config = engine_config
@@ -181,6 +187,8 @@ class WorkerAgent:
         self.upload_batch = max(1, upload_batch)
         self.upload_interval_s = upload_interval_s
         self._backend_factory = backend_factory
+        #: build and upload each task's winner's artifact after its final upload
+        self.upload_artifacts = upload_artifacts
         self._backends: dict[str, Backend] = {}
         self._devices: dict[str, DeviceInfo] = {}
         self.worker_id: str | None = None
@@ -290,6 +298,7 @@ class WorkerAgent:
         )
         beater.start()
         observer: _UploadingObserver | None = None
+        finished: tuple[Backend, ProblemResult, ResultsOut] | None = None
         try:
             backend_name = task.device.backend
             backend = self._backends.get(backend_name)
@@ -308,7 +317,9 @@ class WorkerAgent:
                 log.warning("lease %s lost; abandoning task %s", lease_id, task.task_id)
                 return
             observer.queue_retimed(result.results)
-            observer.flush(final=True)
+            reply = observer.flush(final=True)
+            if reply is not None:
+                finished = (backend, result, reply)
             winner = result.winner.variant_name if result.winner else "none verified"
             log.info(
                 "lease %s done: %d candidates, winner %s%s",
@@ -331,6 +342,9 @@ class WorkerAgent:
         finally:
             stop_beating.set()
             beater.join(timeout=self.heartbeat_interval_s + 5.0)
+        if finished is not None and self.upload_artifacts:  # the task is done: no heartbeats
+            done_backend, result, reply = finished
+            share_artifacts(self.client, done_backend, result, lease_id, reply)
 
     def _fail_task(
         self,

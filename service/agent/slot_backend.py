@@ -22,6 +22,7 @@ from tuner.registry import load_backend_class
 from tuner.spaces.base import Params, VariantSpace
 from tuner.types import (
     BenchResult,
+    BuildRecord,
     CompileResult,
     DeviceInfo,
     EngineConfig,
@@ -176,6 +177,11 @@ class SlotBackend(Backend):
     def discover(self, request: TuneRequest, arch: str) -> list[Params]:
         # vendor candidates (cuBLASLt algorithms) only the slot's own device can name
         return self.inner.discover(request, arch)
+
+    def artifact(self, variant: Variant) -> tuple[str, BuildRecord]:
+        # a winner's artifact: a hit in the compile cache every slot shares (CUDA), or one
+        # standalone compile under its own key (CPU), which the cache publishes race-free
+        return self.inner.artifact(variant)
 
     def close(self) -> None:
         self.inner.close()

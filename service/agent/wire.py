@@ -11,12 +11,13 @@ import dataclasses
 import math
 from typing import Any
 
+from service.schemas.artifacts import VariantBuildIn
 from service.schemas.common import MAX_LOG_CHARS, DeviceIn
 from service.schemas.worker import LeaseTask, MeasurementIn, ToolchainReport
 from tuner.problems import problem_from_dict
-from tuner.types import BenchResult, Budget, DeviceInfo, Toolchain, TuneRequest
+from tuner.types import BenchResult, Budget, BuildRecord, DeviceInfo, Toolchain, TuneRequest
 
-__all__ = ["device_in", "toolchain_report", "measurement_in", "request_from_task"]
+__all__ = ["device_in", "toolchain_report", "measurement_in", "request_from_task", "build_in"]
 
 
 def device_in(device: DeviceInfo) -> DeviceIn:
@@ -91,4 +92,12 @@ def request_from_task(task: LeaseTask) -> TuneRequest:
         objective=task.objective,
         seed=task.seed,
         incumbents=tuple(task.incumbents),
+    )
+
+
+def build_in(record: BuildRecord) -> VariantBuildIn:
+    """A variant's build record as the upload's model (name and op are the service's own)."""
+    fields = dataclasses.asdict(record)
+    return VariantBuildIn.model_validate(
+        {name: fields[name] for name in VariantBuildIn.model_fields}
     )

@@ -22,6 +22,7 @@ from service.api.limits import IMPORT_PATH, BodyLimitMiddleware
 from service.api.metrics import install_metrics
 from service.api.openapi import install_openapi
 from service.api.routes import (
+    artifacts,
     client_results,
     configs,
     health,
@@ -80,10 +81,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodyLimitMiddleware,
         default=settings.max_body_bytes,
         per_path={IMPORT_PATH: settings.max_import_bytes},
+        per_pattern=[(artifacts.UPLOAD_PATH, settings.max_artifact_bytes)],
     )
     # inside the metrics middleware (added below, so outside this), which counts its hits
     app.add_middleware(CachedLookupMiddleware, app_ref=app, signal=signal)
-    for module in (jobs, configs, measurements, workers, leases, tokens, health, client_results):
+    for module in (
+        jobs,
+        configs,
+        measurements,
+        workers,
+        leases,
+        tokens,
+        health,
+        client_results,
+        artifacts,
+    ):
         app.include_router(module.router)
     install_metrics(app)
     app.include_router(ui.router)

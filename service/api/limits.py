@@ -3,12 +3,15 @@
 A body over its limit is answered 413 with the one JSON error shape (``{"detail": ...}``):
 at once when ``Content-Length`` says so, and while reading when a chunked body (no
 ``Content-Length``) grows past it, so that nothing larger than the limit is ever buffered.
-``/v1/import`` has its own, larger limit (``TUNEHUB_MAX_IMPORT_BYTES``).
+``/v1/import`` has its own, larger limit (``TUNEHUB_MAX_IMPORT_BYTES``), and so has an
+artifact upload (``TUNEHUB_MAX_ARTIFACT_BYTES``, a path pattern: its path names a lease).
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -24,18 +27,35 @@ def _too_large(limit: int) -> BodyTooLarge:
 
 
 class BodyLimitMiddleware:
-    """Pure ASGI middleware: ``default`` bytes for every body, ``per_path`` overrides."""
+    """Pure ASGI middleware: ``default`` bytes for every body; ``per_path`` overrides for exact
+    paths, ``per_pattern`` for paths a pattern matches in full (the first that matches)."""
 
-    def __init__(self, app: ASGIApp, default: int, per_path: dict[str, int]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        default: int,
+        per_path: dict[str, int],
+        per_pattern: Sequence[tuple[re.Pattern[str], int]] = (),
+    ) -> None:
         self.app = app
         self.default = default
         self.per_path = per_path
+        self.per_pattern = tuple(per_pattern)
+
+    def limit(self, path: str) -> int:
+        """The body limit of a request to ``path``."""
+        if path in self.per_path:
+            return self.per_path[path]
+        for pattern, limit in self.per_pattern:
+            if pattern.fullmatch(path):
+                return limit
+        return self.default
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.per_path.get(scope["path"], self.default)
+        limit = self.limit(scope["path"])
         declared = _content_length(scope)
         if declared is not None and declared > limit:
             await _answer(send, _too_large(limit))

@@ -48,6 +48,8 @@ _DESCRIPTIONS = {
     "413": "the request body is over the size limit",
 }
 _OPEN_READ_401 = "a token was sent and it is unknown or revoked (reads need none)"
+#: the artifact upload, whose ``size`` may be at most this server's limit
+_ARTIFACT_UPLOAD = "/v1/leases/{lease_id}/artifacts/{variant_id}"
 #: the routes that take a problem as query dims (``m=&n=&k=``, ``kind=`` for reduce)
 _DIM_QUERY_PATHS = ("/v1/configs/best", "/v1/measurements")
 
@@ -204,6 +206,9 @@ def _document(schema: dict[str, Any], app: FastAPI, settings: Settings) -> None:
                 if path == "/v1/client-configs/best" and parameter["name"] == "key":
                     parameter.pop("schema", None)
                     parameter["content"] = {"application/json": {"schema": CLIENT_KEY_SCHEMA}}
+                if path == _ARTIFACT_UPLOAD and parameter["name"] == "size":
+                    # this server's limit (TUNEHUB_MAX_ARTIFACT_BYTES): above it, 413
+                    parameter["schema"]["maximum"] = settings.max_artifact_bytes
             for status, response in operation.get("responses", {}).items():
                 if status.startswith(("4", "5")) and "content" not in response:
                     response["content"] = {"application/json": {"schema": _ERROR_REF}}

@@ -254,4 +254,10 @@ def best_answer_lines(answer: BestConfigOut) -> list[str]:
         f"  toolchain   {escape(toolchain)}",
         "  confirmed   "
         + ("yes: re-measured by a second worker" if answer.confirmed else "no (one worker)"),
+        "  artifact    "
+        + (
+            f"{answer.artifact.url} ({answer.artifact.size} bytes, {answer.artifact.abi})"
+            if answer.artifact is not None
+            else "none uploaded yet"
+        ),
     ]

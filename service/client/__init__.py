@@ -22,13 +22,26 @@ Errors, all raised from this package and nothing else::
     │   └── LeaseLost       409 on a lease call: the lease expired or was given to another worker
     ├── ConnectionFailed    the server could not be reached (refused, DNS, timeout) after the
     │                       retries, or its reply was not the answer the API promises
-    └── WaitTimeout         ``wait()`` ran out of time; ``job`` is the last state seen
+    ├── WaitTimeout         ``wait()`` ran out of time; ``job`` is the last state seen
+    └── ArtifactMismatch    ``fetch_artifact()``: the bytes are not the sha256 and size the
+                            reference names (nothing was kept)
+
+Built artifacts (docs/artifacts.md): ``fetch_artifact(answer.artifact, dir)`` downloads a
+winner's shared object to ``<dir>/<sha256>.so`` once, checked before it is kept;
+``variant_build(variant_id)`` returns what rebuilds it from source instead.
 """
 
 from service.client._answers import Cached, QueryAnswer, best_params
 from service.client._cache import ResponseCache
 from service.client._client import DEFAULT_TIMEOUT_S, TunehubClient
-from service.client._errors import ApiError, ClientError, ConnectionFailed, LeaseLost, WaitTimeout
+from service.client._errors import (
+    ApiError,
+    ArtifactMismatch,
+    ClientError,
+    ConnectionFailed,
+    LeaseLost,
+    WaitTimeout,
+)
 from service.client._retry import NO_RETRY, RetryPolicy
 
 __all__ = [
@@ -37,6 +50,7 @@ __all__ = [
     "LeaseLost",
     "ConnectionFailed",
     "WaitTimeout",
+    "ArtifactMismatch",
     "TunehubClient",
     "Cached",
     "QueryAnswer",

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from os import PathLike
+from pathlib import Path
 from typing import Any
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
 from service.client._answers import Answer, Cached, QueryAnswer, best_params
+from service.client._artifacts import artifact_path, keep_verified, verified_file
 from service.client._cache import CacheEntry, ResponseCache, request_key
 from service.client._errors import (
     ApiError,
@@ -22,6 +25,14 @@ from service.client._errors import (
     detail_text,
 )
 from service.client._retry import RetryPolicy
+from service.schemas.artifacts import (
+    ArtifactRef,
+    ArtifactUploadOut,
+    BuildUploadOut,
+    VariantBuildIn,
+    VariantBuildOut,
+    artifact_url,
+)
 from service.schemas.client_results import (
     ClientBestOut,
     ClientResultsIn,
@@ -107,15 +118,19 @@ class TunehubClient:
         headers: Mapping[str, str] | None = None,
         lease_call: bool = False,
         idempotent: bool | None = None,
+        raw: bytes | None = None,
     ) -> httpx.Response:
         """One call with retries; raises ApiError for an error status, ConnectionFailed when
-        the server cannot be reached. ``idempotent`` defaults to "the method is GET"."""
+        the server cannot be reached. ``idempotent`` defaults to "the method is GET". The
+        body is ``body`` as JSON, or ``raw`` bytes (application/octet-stream)."""
         safe = method == "GET" if idempotent is None else idempotent
         clean = {k: v for k, v in (params or {}).items() if v is not None}
-        content = body.model_dump_json().encode() if body is not None else None
+        content = body.model_dump_json().encode() if body is not None else raw
         sent = dict(headers or {})
         if body is not None:
             sent["Content-Type"] = "application/json"
+        elif raw is not None:
+            sent["Content-Type"] = "application/octet-stream"
         for attempt in range(self.retry.attempts):
             last = attempt == self.retry.attempts - 1
             try:
@@ -344,6 +359,46 @@ class TunehubClient:
     def measurements(self, **filters: Any) -> list[MeasurementOut]:
         """GET /v1/measurements, e.g. ``measurements(job_id=job.id)``."""
         return self._call(MeasurementList, "GET", "/v1/measurements", params=filters).measurements
+
+    # -- built artifacts ------------------------------------------------------------------
+
+    def fetch_artifact(self, ref: ArtifactRef, dest_dir: str | PathLike[str]) -> Path:
+        """The artifact a best answer names, as ``<dest_dir>/<sha256>.so``: an existing file
+        whose sha256 and size are the reference's is returned without a download; otherwise
+        it is fetched from this service (``GET /v1/artifacts/<sha256>``, with this client's
+        token) and checked before it is renamed into place. Raises ArtifactMismatch (nothing
+        kept) when the bytes are not the reference's, ApiError 404 when the service has none."""
+        path = artifact_path(ref, dest_dir)
+        if verified_file(ref, path):
+            return path
+        url = artifact_url(ref.sha256)
+        response = self._send("GET", url)
+        return keep_verified(ref, response.content, path, f"{self.base_url}{url}")
+
+    def variant_build(self, variant_id: str) -> VariantBuildOut:
+        """GET /v1/variants/{id}/build: what rebuilds a variant's artifact (source, flags,
+        compiler identity, template version, headers and libraries it needs)."""
+        return self._call(VariantBuildOut, "GET", f"/v1/variants/{variant_id}/build")
+
+    def upload_build(self, lease_id: str, build: VariantBuildIn) -> BuildUploadOut:
+        """PUT a variant's build record for the lease that measured it (a worker token);
+        ``stored`` is false when the service has one already (a retry is harmless)."""
+        path = f"/v1/leases/{lease_id}/builds/{build.variant_id}"
+        return self._call(BuildUploadOut, "PUT", path, body=build, idempotent=True)
+
+    def upload_artifact(
+        self, lease_id: str, build: VariantBuildIn, artifact: str | PathLike[str]
+    ) -> ArtifactUploadOut:
+        """Upload a variant's artifact (the file ``artifact``) for the lease that measured it
+        with outcome ok: its build record first, then the bytes with their sha256 and size,
+        which the service checks. ``stored`` is false when the same bytes were stored
+        already; ApiError 409 when other bytes hold the key, 413 over the size limit."""
+        self.upload_build(lease_id, build)
+        data = Path(artifact).read_bytes()
+        params = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        path = f"/v1/leases/{lease_id}/artifacts/{build.variant_id}"
+        response = self._send("PUT", path, params=params, raw=data, idempotent=True)
+        return self._parse(ArtifactUploadOut, response.content, "PUT", path)
 
     # -- tokens ---------------------------------------------------------------------------
 

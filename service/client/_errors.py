@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ClientError", "ApiError", "LeaseLost", "ConnectionFailed", "WaitTimeout", "detail_text"]
+__all__ = [
+    "ClientError",
+    "ApiError",
+    "LeaseLost",
+    "ConnectionFailed",
+    "WaitTimeout",
+    "ArtifactMismatch",
+    "detail_text",
+]
 
 
 class ClientError(Exception):
@@ -43,6 +51,24 @@ class WaitTimeout(ClientError):
         super().__init__(f"job {job_id} did not finish within {seconds:g} s")
         self.job_id = job_id
         self.job = job
+
+
+class ArtifactMismatch(ClientError):
+    """A fetched artifact's bytes are not the ones its reference names (sha256 or size): they
+    were not kept, and must not be loaded."""
+
+    def __init__(
+        self, expected_sha256: str, expected_size: int, sha256: str, size: int, source: str
+    ) -> None:
+        super().__init__(
+            f"artifact from {source} has sha256 {sha256} and {size} bytes; its reference "
+            f"names sha256 {expected_sha256} and {expected_size} bytes: refused, nothing kept"
+        )
+        self.expected_sha256 = expected_sha256
+        self.expected_size = expected_size
+        self.sha256 = sha256
+        self.size = size
+        self.source = source
 
 
 def detail_text(detail: Any) -> str:

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from service.schemas.artifacts import ArtifactRef
 from service.schemas.common import (
     Backend,
     DeviceOut,
@@ -68,6 +69,9 @@ class BestConfigOut(ResponseModel):
     #: the objective this answer minimises
     objective: str = "time"
     energy_j: float | None = None
+    #: the winner's built artifact for this answer's device arch and toolchain (a shared object
+    #: exporting the tunehub C ABI), or None while no worker uploaded one
+    artifact: ArtifactRef | None = None
 
 
 class ConfigQuery(RequestModel):

@@ -33,8 +33,9 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from service.errors import NotFound
+from service.store.artifacts import artifact_ref
 from service.store.best_index import Snapshot, best_index_for
-from service.store.models import BestConfig, Device, Measurement, Toolchain, Variant
+from service.store.models import Artifact, BestConfig, Device, Measurement, Toolchain, Variant
 from tuner.problems import Problem
 
 __all__ = ["LookupQuery", "find_devices", "find_best", "find_best_many", "log_distance"]
@@ -85,7 +86,7 @@ class LookupQuery:
 
 # The statements are built once: building a SQLAlchemy expression per lookup cost more than
 # running it (profile in docs/benchmarks/load.md). Plain columns, read on the Core path.
-_ANSWER = select(
+_COLUMNS = (
     BestConfig.id,
     BestConfig.op,
     BestConfig.dtype,
@@ -117,12 +118,23 @@ _ANSWER = select(
     Toolchain.template_version,
     Toolchain.libraries,
     Toolchain.key.label("toolchain_key"),
-).select_from(
+    Artifact.sha256.label("artifact_sha256"),
+    Artifact.size.label("artifact_size"),
+)
+_JOINED = (
     join(BestConfig, Measurement, Measurement.id == BestConfig.measurement_id)
     .join(Variant, Variant.id == Measurement.variant_id)
     .join(Device, Device.id == BestConfig.device_id)
     .join(Toolchain, Toolchain.id == BestConfig.toolchain_id)
 )
+# the winner's artifact for the answer's arch and toolchain: at most one row (its unique key),
+# joined last (after the inner joins that choose the rows), so an answer costs no query of its own
+_ARTIFACT_ON = and_(
+    Artifact.variant_id == Measurement.variant_id,
+    Artifact.arch == Device.arch,
+    Artifact.toolchain_id == BestConfig.toolchain_id,
+)
+_ANSWER = select(*_COLUMNS).select_from(_JOINED.outerjoin(Artifact, _ARTIFACT_ON))
 _PAIR = tuple_(BestConfig.device_id, BestConfig.toolchain_id)
 _EXACT = _ANSWER.where(
     BestConfig.op == bindparam("op"),
@@ -157,16 +169,18 @@ _WANTED = (
     .table_valued("op", "dtype", "layout", "problem_key", "device_id", "toolchain_id")
     .render_derived(name="wanted")
 )
-_EXACT_MANY_PG = _ANSWER.join(
-    _WANTED,
-    and_(
-        BestConfig.op == _WANTED.c.op,
-        BestConfig.dtype == _WANTED.c.dtype,
-        BestConfig.layout == _WANTED.c.layout,
-        BestConfig.problem_key == _WANTED.c.problem_key,
-        BestConfig.device_id == _WANTED.c.device_id,
-        BestConfig.toolchain_id == _WANTED.c.toolchain_id,
-    ),
+_EXACT_MANY_PG = select(*_COLUMNS).select_from(
+    _JOINED.join(
+        _WANTED,
+        and_(
+            BestConfig.op == _WANTED.c.op,
+            BestConfig.dtype == _WANTED.c.dtype,
+            BestConfig.layout == _WANTED.c.layout,
+            BestConfig.problem_key == _WANTED.c.problem_key,
+            BestConfig.device_id == _WANTED.c.device_id,
+            BestConfig.toolchain_id == _WANTED.c.toolchain_id,
+        ),
+    ).outerjoin(Artifact, _ARTIFACT_ON)
 )
 _BY_ID_PG = _ANSWER.where(BestConfig.id == any_(bindparam("ids", type_=ARRAY(Integer))))
 
@@ -239,7 +253,22 @@ def _answer(query: LookupQuery, rows: Sequence[Row[Any]], exact: bool) -> dict[s
         # best configs are kept for the time objective; energy winners stay on their jobs
         "objective": "time",
         "energy_j": row.energy_j,
+        "artifact": _artifact(row),
     }
+
+
+def _artifact(row: Row[Any]) -> dict[str, Any] | None:
+    """The ArtifactRef of an answer row: the winner's artifact for its arch and toolchain."""
+    if row.artifact_sha256 is None:
+        return None
+    return artifact_ref(
+        row.artifact_sha256,
+        row.artifact_size,
+        row.variant_id,
+        row.arch,
+        row.toolchain_key,
+        row.backend,
+    )
 
 
 def find_best(

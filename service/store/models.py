@@ -46,6 +46,8 @@ __all__ = [
     "ApiToken",
     "ClientMeasurement",
     "ClientBestConfig",
+    "VariantBuild",
+    "Artifact",
 ]
 
 
@@ -331,3 +333,56 @@ class ClientBestConfig(Base):
     measurement_id: Mapped[int] = mapped_column(ForeignKey("client_measurements.id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class VariantBuild(Base):
+    """What rebuilds a variant's artifact (tuner.types.BuildRecord), once per variant id: the
+    id hashes the rendered source, flags, compiler and template version, so one record fits
+    every upload of the variant."""
+
+    __tablename__ = "variant_builds"
+
+    variant_id: Mapped[str] = mapped_column(
+        ForeignKey("variants.id", ondelete="CASCADE"), primary_key=True
+    )
+    source: Mapped[str] = mapped_column(Text)
+    variant_source: Mapped[str | None] = mapped_column(Text, default=None)
+    flags: Mapped[list[Any]] = mapped_column()
+    build_flags: Mapped[list[Any]] = mapped_column()
+    compiler: Mapped[str] = mapped_column(Text)
+    compiler_name: Mapped[str] = mapped_column(String(200))
+    template_version: Mapped[str] = mapped_column(String(100))
+    needs: Mapped[list[Any]] = mapped_column()
+    link: Mapped[list[Any]] = mapped_column()
+    #: who uploaded it; plain ids, as on measurements
+    worker_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    lease_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+#: what makes two artifacts "the same": one per variant, device arch and toolchain
+ARTIFACT_KEY = ("variant_id", "arch", "toolchain_id")
+
+
+class Artifact(Base):
+    """A variant's built shared object for one arch and toolchain, stored by content: the file
+    is ``<artifact dir>/<storage_path>`` (``<sha256[:2]>/<sha256>``)."""
+
+    __tablename__ = "artifacts"
+    __table_args__ = (
+        UniqueConstraint(*ARTIFACT_KEY, name="uq_artifacts_key"),
+        Index("ix_artifacts_sha256", "sha256"),
+        Index("ix_artifacts_lease_id", "lease_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    variant_id: Mapped[str] = mapped_column(ForeignKey("variants.id", ondelete="CASCADE"))
+    arch: Mapped[str] = mapped_column(String(64))
+    toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
+    backend: Mapped[str] = mapped_column(String(16))
+    sha256: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    storage_path: Mapped[str] = mapped_column(Text)
+    worker_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    lease_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

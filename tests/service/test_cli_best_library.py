@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from service.cli.output import best_answer_lines
+from service.schemas.artifacts import ArtifactRef
 from service.schemas.common import DeviceOut, ToolchainOut
 from service.schemas.configs import BestConfigOut
 
@@ -56,3 +57,14 @@ def test_best_names_a_cudnn_engine_config() -> None:
     assert "  library     [bold]cudnn[/bold]" in lines
     line = next(line for line in lines if line.startswith("  params"))
     assert "'engine': 62" in line and "'k27': 2" in line
+
+
+def test_best_names_its_artifact_or_says_there_is_none() -> None:
+    assert "  artifact    none uploaded yet" in best_answer_lines(_answer(LT))
+    sha = "cd" * 32
+    ref = ArtifactRef(
+        sha256=sha, size=4096, variant_id="ab" * 32, arch="sm_90", toolchain="nvcc 13.0|tpl=x",
+        backend="cuda", url=f"/v1/artifacts/{sha}",
+    )  # fmt: skip
+    lines = best_answer_lines(_answer(LT).model_copy(update={"artifact": ref}))
+    assert f"  artifact    /v1/artifacts/{sha} (4096 bytes, tunehub-1)" in lines

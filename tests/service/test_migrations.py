@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from service.api.app import create_app
 from service.errors import DatabaseNotMigrated
@@ -26,6 +26,8 @@ TABLES = {
     "api_tokens",
     "client_measurements",
     "client_best_configs",
+    "variant_builds",
+    "artifacts",
 }
 
 
@@ -62,6 +64,49 @@ def test_best_configs_key_is_unique(empty_database_url: str) -> None:
         engine.dispose()
     columns = [tuple(u["column_names"]) for u in uniques]
     assert ("op", "dtype", "layout", "problem_key", "device_id", "toolchain_id") in columns
+
+
+def _pg_triggers(url: str, table: str) -> list[str]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return list(
+                connection.execute(
+                    text(
+                        "SELECT tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+                        "WHERE c.relname = :table AND NOT t.tgisinternal"
+                    ),
+                    {"table": table},
+                ).scalars()
+            )
+    finally:
+        engine.dispose()
+
+
+def test_0007_adds_the_artifact_tables_and_its_downgrade_removes_them(
+    empty_database_url: str,
+) -> None:
+    upgrade(empty_database_url, "0006")
+    assert _tables(empty_database_url) == TABLES - {"artifacts", "variant_builds"}
+    upgrade(empty_database_url, "0007")
+    assert current_revision(empty_database_url) == "0007" == head_revision()
+    assert _tables(empty_database_url) == TABLES
+    engine = make_engine(empty_database_url)
+    try:
+        uniques = inspect(engine).get_unique_constraints("artifacts")
+        indexes = {i["name"] for i in inspect(engine).get_indexes("artifacts")}
+    finally:
+        engine.dispose()
+    assert ("variant_id", "arch", "toolchain_id") in [tuple(u["column_names"]) for u in uniques]
+    assert {"ix_artifacts_sha256", "ix_artifacts_lease_id"} <= indexes
+    postgresql = empty_database_url.startswith("postgresql")
+    if postgresql:  # a stored artifact changes best answers: it moves the change signal
+        assert _pg_triggers(empty_database_url, "artifacts") == ["tunehub_note_change"]
+    downgrade(empty_database_url, "0006")
+    assert current_revision(empty_database_url) == "0006"
+    assert _tables(empty_database_url) == TABLES - {"artifacts", "variant_builds"}
+    if postgresql:  # the other tables keep their triggers
+        assert _pg_triggers(empty_database_url, "best_configs") == ["tunehub_note_change"]
 
 
 def test_app_refuses_an_unmigrated_database(empty_database_url: str, tmp_path: Path) -> None:

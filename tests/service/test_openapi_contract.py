@@ -10,6 +10,10 @@ an expected answer of the ``positive_data_acceptance`` check (and only of it):
   op (gemm m/n/k, conv2d n/h/w/c/k/r/s..., reduce m/k/kind) and are bounded by the product of
   the dims (tuner.problems.MAX_ELEMENTS); /v1/measurements takes a job id or op + dtype + dims.
   The 422 names the dim or the missing parameter.
+- PUT /v1/leases/{id}/builds/{variant_id}: the body's variant_id must be the path's, and the
+  record (source, flags, compiler, template version) must hash to it.
+- PUT /v1/leases/{id}/artifacts/{variant_id}: the body's sha256 and length must be the
+  ``sha256`` and ``size`` parameters.
 """
 
 from __future__ import annotations
@@ -32,7 +36,13 @@ SEED = 20261204
 MAX_EXAMPLES = 5
 #: positive_data_acceptance's default expected statuses, plus 422 (see the module doc)
 SEMANTIC_422 = ["2xx", "3xx", "401", "403", "404", "409", "422", "429", "5xx"]
-CROSS_FIELD_RULES = [("POST", "/v1/jobs"), ("GET", "/v1/configs/best"), ("GET", "/v1/measurements")]
+CROSS_FIELD_RULES = [
+    ("POST", "/v1/jobs"),
+    ("GET", "/v1/configs/best"),
+    ("GET", "/v1/measurements"),
+    ("PUT", "/v1/leases/{lease_id}/builds/{variant_id}"),
+    ("PUT", "/v1/leases/{lease_id}/artifacts/{variant_id}"),
+]
 
 
 @schemathesis.serializer("application/x-ndjson")
@@ -133,6 +143,8 @@ def test_reads_declare_no_security_and_writes_do(api: Any) -> None:
         ("/v1/measurements", "get"),
         ("/v1/export", "get"),
         ("/healthz", "get"),
+        ("/v1/artifacts/{sha256}", "get"),
+        ("/v1/variants/{variant_id}/build", "get"),
     ):
         assert "security" not in paths[path][method], (path, method)
     for path, method in (
@@ -143,6 +155,8 @@ def test_reads_declare_no_security_and_writes_do(api: Any) -> None:
         ("/v1/leases/{lease_id}/results", "post"),
         ("/v1/import", "post"),
         ("/v1/tokens", "post"),
+        ("/v1/leases/{lease_id}/builds/{variant_id}", "put"),
+        ("/v1/leases/{lease_id}/artifacts/{variant_id}", "put"),
     ):
         operation = paths[path][method]
         assert operation["security"], (path, method)
@@ -159,6 +173,19 @@ def test_reads_declare_no_security_and_writes_do(api: Any) -> None:
     results = paths["/v1/leases/{lease_id}/results"]["post"]["responses"]
     assert {"403", "404", "409"} <= set(results)
     assert {"404"} <= set(paths["/v1/jobs/{job_id}"]["get"]["responses"])
+    upload = paths["/v1/leases/{lease_id}/artifacts/{variant_id}"]["put"]
+    assert {"200", "201", "401", "403", "404", "409", "413", "422"} <= set(upload["responses"])
+    assert list(upload["requestBody"]["content"]) == ["application/octet-stream"]
+    build = paths["/v1/leases/{lease_id}/builds/{variant_id}"]["put"]
+    assert {"200", "201", "403", "404", "409", "413", "422"} <= set(build["responses"])
+    artifact = paths["/v1/artifacts/{sha256}"]["get"]["responses"]
+    assert {"200", "304", "401", "404", "422"} <= set(artifact)
+    assert "application/octet-stream" in artifact["200"]["content"]
+    assert {"401", "404", "422"} <= set(
+        paths["/v1/variants/{variant_id}/build"]["get"]["responses"]
+    )
+    best = document["components"]["schemas"]["BestConfigOut"]["properties"]["artifact"]
+    assert {"$ref": "#/components/schemas/ArtifactRef"} in best["anyOf"]
 
 
 def test_reads_declare_security_when_the_server_requires_read_tokens(

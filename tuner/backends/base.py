@@ -5,6 +5,8 @@
     backend.build(variants)                -> {variant_id: CompileResult}, cached and parallel
     backend.run(variant, artifact, request, abort_above_us) -> BenchResult
     backend.discover(request, arch)        -> [params] found on the device (vendor algorithms)
+    backend.artifact(variant)              -> (path, BuildRecord): a loadable shared object of
+                                              one variant exporting the tunehub C ABI
 
 ``run`` must verify the variant's output against a reference before its timing counts, and
 must turn a crash, a hang or a wrong answer into that variant's outcome, never an exception.
@@ -15,10 +17,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from tuner.errors import ToolchainError
 from tuner.render import render_variant
 from tuner.spaces.base import Params, VariantSpace
 from tuner.types import (
     BenchResult,
+    BuildRecord,
     CompileResult,
     DeviceInfo,
     EngineConfig,
@@ -86,6 +90,14 @@ class Backend(ABC):
         """Candidates that only the device can name for this problem (e.g. the algorithms a
         vendor library's heuristic returns), or none; failures log and return none."""
         return []
+
+    def artifact(self, variant: Variant) -> tuple[str, BuildRecord]:
+        """The path of ``variant``'s standalone shared object, which exports the tunehub C ABI
+        (``tunehub_can_run``, ``tunehub_workspace_bytes``, ``tunehub_run``,
+        ``tunehub_describe``), built or taken from the compile cache, and the record that
+        rebuilds it elsewhere. Call it through :func:`tuner.artifacts.build_artifact`.
+        Raises ToolchainError when it cannot be built."""
+        raise ToolchainError(f"the {self.name} backend builds no artifacts")
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release device slots, harness processes and pools."""

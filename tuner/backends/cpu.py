@@ -37,6 +37,7 @@ import numpy as np
 from tuner import stats, winner
 from tuner.backends import cpu_host
 from tuner.backends.base import Backend
+from tuner.backends.cpu_artifact import cpu_artifact
 from tuner.backends.cpu_batch import RUNNER_SOURCE, batch_source, runner_key, symbol_prefix
 from tuner.backends.cpu_runner import RunnerServer
 from tuner.compile import CompileCache, build_batched
@@ -49,6 +50,7 @@ from tuner.spaces.cpu_reduce import REDUCE_KIND_CODES
 from tuner.stats import timing_from_samples
 from tuner.types import (
     BenchResult,
+    BuildRecord,
     CompileResult,
     DeviceInfo,
     EngineConfig,
@@ -263,6 +265,21 @@ class CpuBackend(Backend):
             )
         finally:
             runner.join()
+
+    def artifact(self, variant: Variant) -> tuple[str, BuildRecord]:
+        """One standalone shared object exporting the C ABI (:mod:`tuner.backends.cpu_artifact`)."""
+        cache = CompileCache(
+            self.config.cache_dir, self.config.cache_max_bytes, artifact_name="kernel.so"
+        )
+        return cpu_artifact(
+            variant,
+            cache,
+            CPU_TEMPLATES_DIR,
+            compiler=self.compiler,
+            compiler_name=Path(self._compiler_name).name,
+            compiler_identity=self.compiler_identity(),
+            timeout_s=self.config.compile_timeout_s,
+        )
 
     def _runner_or_later(self) -> None:
         try:

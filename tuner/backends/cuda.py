@@ -22,6 +22,7 @@ from typing import Any
 
 from tuner import stats
 from tuner.backends.base import Backend
+from tuner.backends.cuda_artifact import BUILD_FLAGS, cuda_record
 from tuner.backends.cuda_process import HarnessProcess, HarnessTimeout
 from tuner.compile import CompileCache, build_variants
 from tuner.cutlass_paths import cutlass_include_dirs, cutlass_version
@@ -34,6 +35,7 @@ from tuner.spaces.base import Params, VariantSpace
 from tuner.stats import timing_from_samples
 from tuner.types import (
     BenchResult,
+    BuildRecord,
     CompileResult,
     DeviceInfo,
     EngineConfig,
@@ -97,14 +99,18 @@ def _vendor_library(variant: Variant) -> str | None:
     return _VENDOR_FAMILIES.get(str(variant.params.get("family")))
 
 
-def _vendor_build(library: str) -> tuple[list[str], tuple[str, ...]]:
-    """(include dirs, link flags) of a vendor library; ToolchainError when it is absent."""
+def _vendor_paths(library: str) -> tuple[str, str, str]:
+    """(include dir, lib dir, soname) of a vendor library; ToolchainError when it is absent."""
     if library == "cudnn":
         dnn = cudnn_paths()
-        include, lib, soname = dnn.include, dnn.lib, dnn.library
-    else:
-        lt = cublas_paths()
-        include, lib, soname = lt.include, lt.lib, lt.lt_library
+        return dnn.include, dnn.lib, dnn.library
+    lt = cublas_paths()
+    return lt.include, lt.lib, lt.lt_library
+
+
+def _vendor_build(library: str) -> tuple[list[str], tuple[str, ...]]:
+    """(include dirs, link flags) of a vendor library; ToolchainError when it is absent."""
+    include, lib, soname = _vendor_paths(library)
     link = (f"-L{lib}", f"-l:{soname}", "-Xlinker", f"-rpath={lib}")
     return [str(TEMPLATES_DIR / "cuda"), include], link
 
@@ -213,9 +219,7 @@ class CudaBackend(Backend):
             return [
                 nvcc,
                 *flags,
-                "-shared",
-                "-Xcompiler",
-                "-fPIC",
+                *BUILD_FLAGS,
                 *includes,
                 "-o",
                 str(output),
@@ -231,6 +235,20 @@ class CudaBackend(Backend):
             workers=self.config.compile_workers or os.cpu_count() or 1,
             timeout_s=self.config.compile_timeout_s,
         )
+
+    def artifact(self, variant: Variant) -> tuple[str, BuildRecord]:
+        """The variant's own kernel.so from the compile cache (built when evicted) and its
+        record (:mod:`tuner.backends.cuda_artifact`); ToolchainError when it does not build."""
+        built = self.build([variant])[variant.id]
+        if not built.ok or built.artifact is None:
+            raise ToolchainError(f"{variant.name} did not build: {built.log[-2000:]}")
+        library = _vendor_library(variant)
+        link = (_vendor_paths(library)[2],) if library else ()
+        space = load_space(variant.op, self.name)
+        record = cuda_record(
+            variant, self.compiler_identity(), template_version(space.template), link
+        )
+        return built.artifact, record
 
     def discover(self, request: TuneRequest, arch: str) -> list[Params]:
         """The vendor algorithms of the problem (cuBLASLt's for GEMM, cuDNN's engine configs for

@@ -1,0 +1,365 @@
+"""Whole-model speed: a 7B-class decoder (and ResNet-50) in torch eager, TunableOp,
+torch.compile and tunehub's PyTorch ops, timed side by side in one process (not a test).
+
+    python bench/model_bench.py run --arms eager,tunableop,compile,tunehub --out OUT
+    python bench/model_bench.py record --shapes OUT/shapes.jsonl      # the untuned shapes
+    python bench/model_bench.py resnet --arms eager,tunehub --batches 1,8 --out OUT
+
+bench/h200_model_run.sh runs the whole flow on the H200: a service and a CUDA worker, the
+recorded shapes tuned with ``tunehub tune --from-file``, the arms, and a second process on an
+empty client cache (artifacts only). Decode steps are captured in CUDA graphs in every arm and
+timed as graph replays; the arms' graphs of one batch size are timed in interleaved rounds of
+rotated order (the median of the round medians), so drift of the power-capped GPU falls on all
+arms alike. Prefill (one 2048-token prompt) runs as plain launches. Tokens/s is batch / step
+time for decode and prompt tokens / forward time for prefill.
+
+The per-op breakdown comes from torch.profiler over a few un-captured steps of each arm, with
+a range per op class (bench/model_decoder.py's scopes); the torch.compile arm fuses across
+those ranges, so its kernels are listed by name instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.model_decoder import MISTRAL_7B, QWEN25_7B, Decoder, DecoderDims, TorchOps  # noqa: E402
+from bench.vendor_common import interleaved_medians  # noqa: E402
+
+log = logging.getLogger("model_bench")
+
+MODELS = {"mistral-7b": MISTRAL_7B, "qwen2.5-7b": QWEN25_7B}
+ARMS = ("eager", "tunableop", "compile", "tunehub")
+#: op classes of the breakdown (bench/model_decoder.py scopes)
+SCOPES = ("linear", "rms_norm", "attention", "rotary", "silu_mul", "softmax")
+
+
+# -- tunehub's ops ---------------------------------------------------------------------------
+
+
+class TunehubOps:
+    """The same three ops through tunehub's PyTorch op library."""
+
+    def __init__(self) -> None:
+        from service.integrations import torch as tunehub_torch
+
+        self.lib = tunehub_torch
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return self.lib.linear(x, weight)
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return self.lib.rms_norm(x, weight, eps)
+
+    def softmax(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lib.softmax(x, -1)
+
+
+# -- timing ----------------------------------------------------------------------------------
+
+
+def graph_timer(graph: torch.cuda.CUDAGraph, replays: int) -> Callable[[], list[float]]:
+    """One timing window: ``replays`` back-to-back replays, each sample its mean in us."""
+
+    def window() -> list[float]:
+        samples = []
+        for _ in range(3):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(replays):
+                graph.replay()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1000.0 / replays)
+        return samples
+
+    return window
+
+
+def call_timer(fn: Callable[[], Any], reps: int) -> Callable[[], list[float]]:
+    def window() -> list[float]:
+        samples = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1000.0)
+        return samples
+
+    return window
+
+
+def capture(fn: Callable[[], Any], warmup: int = 3) -> torch.cuda.CUDAGraph:
+    """Warm ``fn`` up on a side stream (lazy loads, tuning, lookups happen here), then capture."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    return graph
+
+
+# -- arms ------------------------------------------------------------------------------------
+
+
+class Arm:
+    """How one arm runs the model: its ops, and what it does around capture."""
+
+    def __init__(self, name: str, model: Decoder, out: Path) -> None:
+        self.name, self.model, self.out = name, model, out
+        self.ops: Any = TunehubOps() if name == "tunehub" else TorchOps()
+        self.compiled_decode: Any = None
+        self.compiled_prefill: Any = None
+        if name == "compile":
+            # regional compilation: the layer body is compiled once and called for every layer
+            # (same code, same shapes), as PyTorch recommends for cold-start time
+            self.compiled_decode = torch.compile(model.decode_layer)
+            self.compiled_prefill = torch.compile(model.prefill_layer)
+
+    def __enter__(self) -> Arm:
+        self.model.ops = self.ops
+        if self.compiled_decode is not None:
+            self.model.layer_fn = self.compiled_decode
+            self.model.prefill_layer_fn = self.compiled_prefill
+        if self.name == "tunableop":
+            tunable = torch.cuda.tunable
+            tunable.enable(True)
+            tunable.tuning_enable(True)
+            tunable.set_filename(str(self.out / "tunableop_results.csv"))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.model.layer_fn = self.model.decode_layer
+        self.model.prefill_layer_fn = self.model.prefill_layer
+        if self.name == "tunableop":
+            torch.cuda.tunable.tuning_enable(False)
+            torch.cuda.tunable.enable(False)
+
+
+def breakdown(model: Decoder, arm: Arm, step: Callable[[], Any], steps: int = 3) -> dict[str, Any]:
+    """Device microseconds per op class (per kernel name for the compiled arm) of one step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with arm:
+        model.profile_scopes = arm.name != "compile"
+        step()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                step()
+            torch.cuda.synchronize()
+        model.profile_scopes = False
+    averages = prof.key_averages()
+
+    def device_us(event: Any) -> float:
+        return float(getattr(event, "device_time_total", 0.0) or event.cuda_time_total)
+
+    kernels = [e for e in averages if e.device_type == torch.autograd.DeviceType.CUDA]
+    total = sum(device_us(e) for e in kernels) / steps
+    if arm.name == "compile":
+        top = sorted(kernels, key=device_us, reverse=True)[:12]
+        parts = {e.key[:60]: round(device_us(e) / steps, 1) for e in top}
+    else:
+        parts = {e.key: round(device_us(e) / steps, 1) for e in averages if e.key in SCOPES}
+        parts["other"] = round(total - sum(parts.values()), 1)
+    return {"total_us": round(total, 1), "parts_us": parts}
+
+
+def decode_rows(
+    model: Decoder, arms: list[Arm], batches: list[int], args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    rows = []
+    for batch in batches:
+        cache = model.new_cache(batch, args.cache_len)
+        tokens = torch.randint(0, model.dims.vocab, (batch, 1), device="cuda")
+        position = torch.tensor([args.position], device="cuda")
+        step = functools.partial(model.decode_step, tokens, position, cache)
+        graphs: dict[str, torch.cuda.CUDAGraph] = {}
+        row: dict[str, Any] = {"phase": "decode", "batch": batch, "arms": {}}
+        for arm in arms:
+            started = time.monotonic()
+            try:
+                with arm:
+                    graphs[arm.name] = capture(step)
+            except Exception as exc:  # one arm's failure is reported; the others go on
+                log.exception("decode batch %d: arm %s failed", batch, arm.name)
+                row["arms"][arm.name] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+                continue
+            row["arms"][arm.name] = {"setup_s": round(time.monotonic() - started, 1)}
+        timers = {name: graph_timer(graph, args.replays) for name, graph in graphs.items()}
+        medians = interleaved_medians(timers, row, rounds=args.rounds)
+        for name, us in medians.items():
+            row["arms"][name].update({"step_us": round(us, 1), "tokens_per_s": batch * 1e6 / us})
+        for arm in arms:
+            if arm.name in graphs and args.breakdown:
+                row["arms"][arm.name]["breakdown"] = breakdown(model, arm, step)
+        graphs.clear()
+        torch.cuda.empty_cache()
+        rows.append(row)
+        log.info("decode batch %d: %s", batch, _summary(row))
+    return rows
+
+
+def prefill_row(model: Decoder, arms: list[Arm], tokens_n: int, args: argparse.Namespace) -> dict:
+    tokens = torch.randint(0, model.dims.vocab, (1, tokens_n), device="cuda")
+    row: dict[str, Any] = {"phase": "prefill", "batch": 1, "tokens": tokens_n, "arms": {}}
+    timers = {}
+    for arm in arms:
+        started = time.monotonic()
+        try:
+            with arm, torch.no_grad():
+                for _ in range(2):
+                    model.prefill(tokens)
+                torch.cuda.synchronize()
+        except Exception as exc:
+            log.exception("prefill: arm %s failed", arm.name)
+            row["arms"][arm.name] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+            continue
+        row["arms"][arm.name] = {"setup_s": round(time.monotonic() - started, 1)}
+
+        def run(arm: Arm = arm) -> None:
+            with arm:
+                model.prefill(tokens)
+
+        timers[arm.name] = call_timer(run, 3)
+    medians = interleaved_medians(timers, row, rounds=args.rounds)
+    for name, us in medians.items():
+        row["arms"][name].update({"step_us": round(us, 1), "tokens_per_s": tokens_n * 1e6 / us})
+    if args.breakdown:
+        for arm in arms:
+            if arm.name in medians:
+                row["arms"][arm.name]["breakdown"] = breakdown(
+                    model, arm, lambda: model.prefill(tokens), steps=1
+                )
+    log.info("prefill %d: %s", tokens_n, _summary(row))
+    return row
+
+
+def _summary(row: dict[str, Any]) -> str:
+    arms = row["arms"]
+    base = arms.get("eager", {}).get("step_us")
+    parts = []
+    for name, figures in arms.items():
+        if "step_us" not in figures:
+            parts.append(f"{name} failed")
+            continue
+        ratio = f" {base / figures['step_us']:.3f}x" if base else ""
+        parts.append(f"{name} {figures['step_us'] / 1000:.3f} ms{ratio}")
+    return ", ".join(parts)
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+def _dims(args: argparse.Namespace) -> DecoderDims:
+    dims = MODELS[args.model]
+    return replace(dims, layers=args.layers) if args.layers else dims
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    started = time.monotonic()
+    model = Decoder(_dims(args), TorchOps(), dtype=torch.float16, max_positions=args.cache_len)
+    arms = [Arm(name, model, out) for name in args.arms.split(",")]
+    report: dict[str, Any] = {
+        "model": model.dims.name,
+        "layers": model.dims.layers,
+        "dtype": "f16",
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cache_len": args.cache_len,
+        "position": args.position,
+        "weight_bytes": model.dims.weight_bytes(2),
+        "rows": [],
+    }
+    with torch.no_grad():
+        batches = [int(b) for b in args.batches.split(",") if b]
+        report["rows"] += decode_rows(model, arms, batches, args)
+        if args.prefill:
+            report["rows"].append(prefill_row(model, arms, args.prefill, args))
+    if any(arm.name == "tunehub" for arm in arms):
+        report["tunehub"] = arms_stats()
+    report["seconds"] = round(time.monotonic() - started, 1)
+    path = out / f"model-{args.label}.json"
+    path.write_text(json.dumps(report, indent=1, default=str))
+    print(f"wrote {path}")
+    return 0
+
+
+def arms_stats() -> dict[str, Any]:
+    from service.integrations import torch as tunehub_torch
+
+    return tunehub_torch.stats()
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    """Run tunehub's arm once at every batch size and at prefill with recording on: every
+    shape the op library has no answer for lands in ``--shapes``."""
+    from service.integrations import torch as tunehub_torch
+
+    model = Decoder(_dims(args), TunehubOps(), dtype=torch.float16, max_positions=args.cache_len)
+    with torch.no_grad(), tunehub_torch.record(args.shapes):
+        for batch in [int(b) for b in args.batches.split(",") if b]:
+            cache = model.new_cache(batch, args.cache_len)
+            tokens = torch.randint(0, model.dims.vocab, (batch, 1), device="cuda")
+            model.decode_step(tokens, torch.tensor([args.position], device="cuda"), cache)
+            del cache
+        if args.prefill:
+            model.prefill(torch.randint(0, model.dims.vocab, (1, args.prefill), device="cuda"))
+    torch.cuda.synchronize()
+    print(f"recorded {sum(1 for _ in open(args.shapes))} shapes to {args.shapes}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("run", "record", "resnet", "resnet-record"))
+    parser.add_argument("--model", choices=sorted(MODELS), default="mistral-7b")
+    parser.add_argument("--layers", type=int, default=0, help="0: the model's own count")
+    parser.add_argument("--arms", default=",".join(ARMS))
+    parser.add_argument("--batches", default="1,8,32")
+    parser.add_argument("--prefill", type=int, default=2048, help="prompt tokens; 0 skips")
+    parser.add_argument("--cache-len", type=int, default=1024)
+    parser.add_argument("--position", type=int, default=512, help="decode at this position")
+    parser.add_argument("--replays", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--breakdown", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--shapes", default="shapes.jsonl")
+    parser.add_argument("--label", default="run")
+    parser.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if args.command == "record":
+        return cmd_record(args)
+    if args.command.startswith("resnet"):
+        from bench.model_resnet import cmd_resnet
+
+        return cmd_resnet(args, record=args.command == "resnet-record")
+    return cmd_run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
