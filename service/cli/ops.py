@@ -32,7 +32,7 @@ from service.cli.common import (
     stdout,
 )
 from service.cli.output import best_answer_lines, candidates_table, watch_job, winner_line
-from service.cli.tune_file import tune_from_file
+from service.cli.tune_file import DEFAULT_ARTIFACT_WAIT_S, tune_from_file
 from service.client import ApiError, TunehubClient
 from service.schemas.configs import MAX_NEAREST_DISTANCE, ConfigQuery
 from service.schemas.jobs import JobCreate
@@ -229,14 +229,23 @@ def _tune_group(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Say what would be submitted; submit nothing.")
     ] = False,
+    artifact_wait: Annotated[
+        float,
+        typer.Option(
+            "--artifact-wait",
+            min=0.0,
+            help="Seconds to wait, once tuned, for the workers to share the winners' artifacts.",
+        ),
+    ] = DEFAULT_ARTIFACT_WAIT_S,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
     if ctx.invoked_subcommand is not None:
         if from_file is not None:
             raise UserError("--from-file takes no op: tunehub tune --from-file FILE")
-        given = (backend, strategy, max_variants, max_seconds, seed, objective, dry_run)
-        if given != ("cpu", "exhaustive", None, None, 0, "time", False):
+        given = (backend, strategy, max_variants, max_seconds, seed, objective, dry_run,
+                 artifact_wait)  # fmt: skip
+        if given != ("cpu", "exhaustive", None, None, 0, "time", False, DEFAULT_ARTIFACT_WAIT_S):
             raise UserError(
                 f"options before the op apply to --from-file only: put them after "
                 f"'{ctx.invoked_subcommand}'"
@@ -258,6 +267,7 @@ def _tune_group(
             seed=seed,
             objective=objective,
             dry_run=dry_run,
+            artifact_wait_s=artifact_wait,
             console=stdout,
         )
     raise typer.Exit(code)

@@ -11,14 +11,17 @@ why``) and nothing is submitted (exit 2).
 Then: duplicate lines are dropped; one batch query (``POST /v1/configs/query``) finds the shapes
 already tuned on their device (exact answers only: a nearest-shape answer is not this shape
 tuned); the rest go out as one job per (op, dtype, layout, device), split at the per-job
-problem limit; progress is drawn per job; the summary says how many shapes were tuned now,
-were already tuned, and failed (each failure named). Exit 0 when none failed, 1 otherwise.
+problem limit; progress is drawn per job; then it waits (``--artifact-wait``) for the workers
+to share the winners' artifacts, so that the model's next run loads them; the summary says
+how many shapes were tuned now, were already tuned, and failed (each failure named), and how
+many winners have no artifact yet. Exit 0 when none failed, 1 otherwise.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +40,10 @@ from tuner.errors import TunerError
 from tuner.problems import LAYOUTS, problem_from_dict
 from tuner.registry import BACKENDS
 
-__all__ = ["RecordedShape", "read_shapes", "tune_from_file"]
+__all__ = ["RecordedShape", "read_shapes", "tune_from_file", "DEFAULT_ARTIFACT_WAIT_S"]
+
+#: how long ``--from-file`` waits, once the jobs are done, for the winners' artifacts
+DEFAULT_ARTIFACT_WAIT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -197,6 +203,7 @@ def tune_from_file(
     seed: int = 0,
     objective: str = "time",
     dry_run: bool = False,
+    artifact_wait_s: float = DEFAULT_ARTIFACT_WAIT_S,
     console: Console,
 ) -> int:
     """Check, de-duplicate, submit and watch; returns the exit status (0, or 1: some failed)."""
@@ -248,13 +255,48 @@ def tune_from_file(
         console.print(f"  on {_selector_text(out.device)}", markup=False)
     try:
         finished = watch_jobs(client, submitted, console)
+        shared = _wait_for_artifacts(client, todo, artifact_wait_s, console)
     except KeyboardInterrupt:
         stderr.print("stopped watching; the jobs go on (tunehub jobs lists them)")
         raise typer.Exit(130) from None
-    return _summary(finished, len(tuned), console)
+    return _summary(finished, len(tuned), shared, console)
 
 
-def _summary(jobs: Sequence[JobOut], already: int, console: Console) -> int:
+def _wait_for_artifacts(
+    client: TunehubClient,
+    shapes: Sequence[RecordedShape],
+    wait_s: float,
+    console: Console,
+    poll_s: float = 0.5,
+) -> tuple[int, int]:
+    """(answers naming an artifact, answers) among ``shapes``: workers upload a winner's
+    artifact just after its task ends, so the next run of the model can load it; wait up to
+    ``wait_s`` for all of them."""
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        shared = total = 0
+        for start in range(0, len(shapes), MAX_QUERIES):
+            batch = ConfigQueryBatch(
+                queries=[s.query() for s in shapes[start : start + MAX_QUERIES]]
+            )
+            for result in client.query_configs(batch).results:
+                if result.result is not None and result.result.exact:
+                    total += 1
+                    shared += result.result.artifact is not None
+        if shared == total or time.monotonic() >= deadline:
+            return shared, total
+        if not said:
+            console.print(
+                f"waiting for the workers to share the winners' artifacts ({shared}/{total})"
+            )
+            said = True
+        time.sleep(poll_s)
+
+
+def _summary(
+    jobs: Sequence[JobOut], already: int, shared: tuple[int, int], console: Console
+) -> int:
     done, failed = 0, []
     for job in jobs:
         for problem in job.problems:
@@ -270,4 +312,10 @@ def _summary(jobs: Sequence[JobOut], already: int, console: Console) -> int:
     console.print(f"summary: tuned now {done}, already tuned {already}, failed {len(failed)}")
     for line in failed:
         console.print(f"  failed: {line}", markup=False)
+    with_artifact, winners = shared
+    if with_artifact < winners:
+        console.print(
+            f"  artifacts: {with_artifact} of {winners} winners so far; a model loads the "
+            "others once their workers share them (or builds them: TUNEHUB_TORCH_LOAD=auto)"
+        )
     return 1 if failed else 0

@@ -384,7 +384,7 @@ class Runtime:
         raise _Resolved("no_library", f"{answer.variant_name}: " + "; ".join(errors))
 
     def _load_artifact(self, answer: BestConfigOut, backend: str) -> tuple[KernelLibrary, str]:
-        ref = getattr(answer, "artifact", None)
+        ref = answer.artifact
         if ref is None:
             raise _NoArtifact("the answer names no artifact")
         if ref.abi != ABI or ref.backend != backend:

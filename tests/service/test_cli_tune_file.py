@@ -168,6 +168,7 @@ def test_tunes_what_is_not_tuned_yet(
         code, out, _ = run_cli(["tune", "--from-file", str(first), *budget, *server], capsys)
         assert code == 0, out
         assert "summary: tuned now 2, already tuned 0, failed 0" in out
+        assert "artifacts:" not in out  # it waited until the worker shared both winners'
         assert out.count("submitted job") == 2
         fits(out)
 
