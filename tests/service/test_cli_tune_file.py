@@ -198,3 +198,34 @@ def _cpus() -> int:
     import os
 
     return os.cpu_count() or 1
+
+
+def test_says_which_winners_have_no_artifact_yet(
+    live_server: LiveServer,  # noqa: F811
+    compile_cache: Path,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A worker that shares no artifacts: the wait ends, and the summary says so."""
+    stop = threading.Event()
+    agent = WorkerAgent(
+        TunehubClient(live_server.url, live_server.worker_token),
+        engine_config(compile_cache),
+        ("cpu",),
+        name="no-artifacts",
+        poll_interval_s=0.05,
+        upload_artifacts=False,
+    )
+    thread = threading.Thread(target=agent.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    shapes = write(tmp_path / "shapes.jsonl", SUM)
+    server = ["--server", live_server.url, "--token", live_server.admin_token]
+    try:
+        code, out, _ = run_cli(["tune", "--from-file", str(shapes), "--max-variants", "2",
+                                "--artifact-wait", "0.5", *server], capsys)  # fmt: skip
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert code == 0, out
+    assert "waiting for the workers to share the winners' artifacts (0/1)" in out
+    assert "artifacts: 0 of 1 winners so far" in " ".join(out.split())
