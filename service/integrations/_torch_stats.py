@@ -4,7 +4,7 @@ and how often each path ran; per op, the totals."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = [
@@ -89,6 +89,22 @@ class OpCounts:
 class TorchStats:
     ops: dict[str, OpCounts]
     shapes: list[ShapeStat]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types: ``{"ops": {op: {tunehub, fallback, reasons}}, "shapes": [...]}``."""
+        return {
+            "ops": {
+                op: {"tunehub": c.tunehub, "fallback": c.fallback, "reasons": dict(c.reasons)}
+                for op, c in self.ops.items()
+            },  # fmt: skip
+            "shapes": [
+                {**asdict(s), "fallback": asdict(s.fallback) if s.fallback else None}
+                for s in self.shapes
+            ],
+        }
+
+    def __str__(self) -> str:
+        return self.format()
 
     def format(self) -> str:
         """Plain text: a line per op (calls on tunehub kernels and on torch, by reason), then

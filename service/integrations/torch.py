@@ -15,8 +15,8 @@ fullgraph=True)`` traces them and CUDA graph capture records their launches):
 - ``matmul(a, b)``: 2-D gemm ``rrr``;
 - ``softmax(x, dim=-1)``, ``sum(x, dim=-1, keepdim=False)``: over the last dim;
 - ``rms_norm(x, weight, eps=1e-6)``: y = w * x * rsqrt(mean(x^2) + eps), f32 statistics;
-- ``conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)``: x and weight
-  in channels_last memory (NHWC input, KRSC filter), output channels_last.
+- ``conv2d(x, weight, stride=1, padding=0, dilation=1, *, bias=None, groups=1)``: x and
+  weight in channels_last memory (NHWC input, KRSC filter), output channels_last.
 
 The first call of a shape asks the client's on-disk answer cache, then the service, for the
 best config on this device; loads the winner once per process by the load policy
@@ -222,14 +222,19 @@ def _symmetric(value: int | Sequence[int]) -> int | None:
 def conv2d(
     x: torch.Tensor,
     weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
     stride: int | Sequence[int] = 1,
     padding: int | Sequence[int] | str = 0,
     dilation: int | Sequence[int] = 1,
+    *,
+    bias: torch.Tensor | None = None,
     groups: int = 1,
 ) -> torch.Tensor:
-    """``F.conv2d`` for channels_last ``x`` [N, C, H, W] and ``weight`` [K, C, R, S]: tuned
-    for groups 1 and square int stride, padding and dilation; the output is channels_last."""
+    """``F.conv2d(x, weight, bias, stride, padding, dilation, groups)`` for channels_last
+    ``x`` [N, C, H, W] and ``weight`` [K, C, R, S] (NHWC input, KRSC filter): tuned for
+    groups 1 and one int each of stride, padding and dilation; the output is channels_last.
+    The bias is keyword-only (F.conv2d takes it third)."""
+    if isinstance(stride, torch.Tensor):
+        raise TypeError("conv2d(x, weight, stride, padding, dilation, *, bias=None, groups=1)")
     sym_stride, sym_dilation = _symmetric(stride), _symmetric(dilation)
     sym_pad = 0 if padding == "valid" else None if isinstance(padding, str) else _symmetric(padding)
     if x.dim() != 4 or weight.dim() != 4 or groups != 1:
@@ -260,8 +265,8 @@ class TunehubConv2d(nn.Conv2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.padding_mode != "zeros":
             return super().forward(x)
-        return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
-                      self.groups)  # fmt: skip
+        return conv2d(x, self.weight, self.stride, self.padding, self.dilation,
+                      bias=self.bias, groups=self.groups)  # fmt: skip
 
 
 class TunehubSoftmax(nn.Softmax):

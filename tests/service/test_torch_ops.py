@@ -4,6 +4,7 @@ custom ops pass torch.library.opcheck and run under torch.compile(fullgraph=True
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,12 +115,12 @@ def test_each_op_matches_torch(client: FakeArtifactClient, fixtures: Path) -> No
         image = torch.randn(2, 3, 9, 7).to(memory_format=torch.channels_last)
         kernel = torch.randn(4, 3, 3, 3).to(memory_format=torch.channels_last)
         bias = torch.randn(4)
-        y = tunehub_torch.conv2d(image, kernel, bias, stride=2, padding=1)
+        y = tunehub_torch.conv2d(image, kernel, stride=2, padding=1, bias=bias)
         torch.testing.assert_close(y, F.conv2d(image, kernel, bias, stride=2, padding=1))
         assert y.is_contiguous(memory_format=torch.channels_last)
         # an NCHW-contiguous input is made channels_last for the kernel
         torch.testing.assert_close(
-            tunehub_torch.conv2d(image.contiguous(), kernel.contiguous(), bias, 2, 1),
+            tunehub_torch.conv2d(image.contiguous(), kernel.contiguous(), 2, 1, bias=bias),
             F.conv2d(image, kernel, bias, stride=2, padding=1),
         )
     stats = tunehub_torch.stats()
@@ -227,6 +228,30 @@ def test_patch_swaps_module_classes(client: FakeArtifactClient, fixtures: Path) 
     assert type(model[0]) is nn.Linear
     with pytest.raises(ValueError, match="cannot patch"):
         tunehub_torch.patch(model, ops=("attention",))
+
+
+def test_conv2d_takes_the_briefs_order_and_patches_conv_modules(
+    client: FakeArtifactClient, fixtures: Path
+) -> None:
+    serve_all(client, fixtures)
+    torch.manual_seed(4)
+    conv = nn.Conv2d(3, 4, 3, stride=2, padding=1).to(memory_format=torch.channels_last)
+    image = torch.randn(2, 3, 9, 7).to(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        want = conv(image)
+        plain = tunehub_torch.conv2d(image, conv.weight, 2, 1, 1)  # as the model bench calls it
+        torch.testing.assert_close(plain + conv.bias.view(1, -1, 1, 1), want)
+        tunehub_torch.patch(conv)
+        assert type(conv) is tunehub_torch.TunehubConv2d
+        torch.testing.assert_close(conv(image), want)
+        with pytest.raises(TypeError, match="bias=None"):
+            tunehub_torch.conv2d(image, conv.weight, conv.bias, 2, 1)  # F.conv2d's order
+    stats = tunehub_torch.stats()
+    assert stats.ops["conv2d"].tunehub == 2
+    as_json = json.loads(json.dumps(stats.to_dict()))
+    assert as_json["ops"]["conv2d"] == {"tunehub": 2, "fallback": 0, "reasons": {}}
+    assert as_json["shapes"][0]["source"] == "artifact"
+    assert str(stats) == stats.format()
 
 
 def test_eps_bits() -> None:
