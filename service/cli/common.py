@@ -43,8 +43,8 @@ __all__ = [
 #: file in the data dir holding the admin token ``tunehub serve`` creates (mode 600)
 ADMIN_TOKEN_FILE = "admin-token"
 
-stdout = Console(highlight=False)
-stderr = Console(stderr=True, highlight=False)
+stdout = Console(highlight=False, emoji=False)  # a device name like "x:X:y" is text
+stderr = Console(stderr=True, highlight=False, emoji=False)
 
 
 class UserError(Exception):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -31,6 +32,7 @@ from service.cli.common import (
     stdout,
 )
 from service.cli.output import best_answer_lines, candidates_table, watch_job, winner_line
+from service.cli.tune_file import DEFAULT_ARTIFACT_WAIT_S, tune_from_file
 from service.client import ApiError, TunehubClient
 from service.schemas.configs import MAX_NEAREST_DISTANCE, ConfigQuery
 from service.schemas.jobs import JobCreate
@@ -40,7 +42,11 @@ from tuner.registry import BACKENDS, STRATEGIES
 
 __all__ = ["tune_app", "best_app", "run_tune"]
 
-tune_app = typer.Typer(help="Submit a tuning job and watch it.", no_args_is_help=True)
+tune_app = typer.Typer(
+    help="Submit a tuning job and watch it: one shape (tunehub tune <op> ...), or the shapes "
+    "a model recorded (tunehub tune --from-file FILE).",
+    no_args_is_help=True,
+)
 best_app = typer.Typer(help="Ask for the best tuned config of a shape.", no_args_is_help=True)
 
 
@@ -199,6 +205,72 @@ def _best_command(
         raise typer.Exit(1)
     for line in best_answer_lines(answer):
         stdout.print(line)
+
+
+@tune_app.callback(invoke_without_command=True)
+def _tune_group(
+    ctx: typer.Context,
+    from_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-file",
+            help="JSON lines of recorded shapes ('-': stdin), as service.integrations.torch."
+            "record writes them: tune those not tuned yet, one job per op/dtype/layout/device.",
+        ),
+    ] = None,
+    backend: Annotated[
+        str, typer.Option("--backend", help="Backend of lines that name no device.")
+    ] = "cpu",
+    strategy: StrategyOpt = "exhaustive",
+    max_variants: MaxVariantsOpt = None,
+    max_seconds: MaxSecondsOpt = None,
+    seed: SeedOpt = 0,
+    objective: ObjectiveOpt = "time",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would be submitted; submit nothing.")
+    ] = False,
+    artifact_wait: Annotated[
+        float,
+        typer.Option(
+            "--artifact-wait",
+            min=0.0,
+            help="Seconds to wait, once tuned, for the workers to share the winners' artifacts.",
+        ),
+    ] = DEFAULT_ARTIFACT_WAIT_S,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    if ctx.invoked_subcommand is not None:
+        if from_file is not None:
+            raise UserError("--from-file takes no op: tunehub tune --from-file FILE")
+        given = (backend, strategy, max_variants, max_seconds, seed, objective, dry_run,
+                 artifact_wait)  # fmt: skip
+        if given != ("cpu", "exhaustive", None, None, 0, "time", False, DEFAULT_ARTIFACT_WAIT_S):
+            raise UserError(
+                f"options before the op apply to --from-file only: put them after "
+                f"'{ctx.invoked_subcommand}'"
+            )
+        return
+    if from_file is None:
+        stderr.print(ctx.get_help(), markup=False)
+        raise typer.Exit(2)
+    check_choice("strategy", strategy, list(STRATEGIES))
+    check_choice("objective", objective, list(OBJECTIVES))
+    with make_client(server, token) as client:
+        code = tune_from_file(
+            client,
+            from_file,
+            backend=backend,
+            strategy=strategy,
+            max_variants=max_variants,
+            max_seconds=max_seconds,
+            seed=seed,
+            objective=objective,
+            dry_run=dry_run,
+            artifact_wait_s=artifact_wait,
+            console=stdout,
+        )
+    raise typer.Exit(code)
 
 
 # -- one tune and one best command per op ----------------------------------------------------

@@ -26,6 +26,7 @@ from service.schemas.jobs import JobOut, JobSummary, ProblemStatus
 
 __all__ = [
     "watch_job",
+    "watch_jobs",
     "candidates_table",
     "jobs_table",
     "winner_line",
@@ -59,6 +60,18 @@ def watch_job(
     sleep: Callable[[float], None] = time.sleep,
 ) -> JobOut:
     """Poll GET /v1/jobs/{id} until it ends, drawing candidates done/total; returns the job."""
+    return watch_jobs(client, [job_id], console, poll_interval_s, sleep)[0]
+
+
+def watch_jobs(
+    client: TunehubClient,
+    job_ids: Sequence[str],
+    console: Console,
+    poll_interval_s: float = 0.5,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[JobOut]:
+    """Poll every job until all have ended, one bar each (candidates done/total); a job's
+    ``waiting_for`` line is printed above the bars whenever it changes. Returns the jobs."""
     columns = (
         SpinnerColumn(),
         TextColumn("[bold]{task.description}"),
@@ -67,30 +80,37 @@ def watch_job(
         TextColumn("candidates"),
         TimeElapsedColumn(),
     )
+    finished: dict[str, JobOut] = {}
     with Progress(*columns, console=console, transient=False) as progress:
-        bar = progress.add_task(f"job {job_id}: queued", total=None)
-        waiting: str | None = None
+        bars = {i: progress.add_task(f"job {i}: queued", total=None) for i in job_ids}
+        waiting: dict[str, str | None] = dict.fromkeys(job_ids)
         while True:
-            job = client.get_job(job_id)
-            if job.waiting_for != waiting and job.waiting_for:
-                # printed once per change, above the bar: nobody can take the job yet
-                progress.console.print(f"job {job_id}: {job.waiting_for}", markup=False)
-            waiting = job.waiting_for
-            counts = job.progress
-            total = counts.candidates_total or None
-            done = counts.candidates_done
-            tasks = f"{counts.tasks_done}/{counts.tasks_total} tasks"
-            progress.update(
-                bar,
-                total=total,
-                completed=done,
-                description=f"job {job_id}: {job.status} ({tasks})",
-            )
-            if job.status in FINISHED_STATUSES:
-                if total is None or job.status == "done":
-                    finished = max(done, total or 0, 1)
-                    progress.update(bar, total=finished, completed=finished)
-                return job
+            for job_id in job_ids:
+                if job_id in finished:
+                    continue
+                job = client.get_job(job_id)
+                if job.waiting_for != waiting[job_id] and job.waiting_for:
+                    # printed once per change, above the bar: nobody can take the job yet
+                    progress.console.print(f"job {job_id}: {job.waiting_for}", markup=False)
+                waiting[job_id] = job.waiting_for
+                counts = job.progress
+                total = counts.candidates_total or None
+                done = counts.candidates_done
+                tasks = f"{counts.tasks_done}/{counts.tasks_total} tasks"
+                bar = bars[job_id]
+                progress.update(
+                    bar,
+                    total=total,
+                    completed=done,
+                    description=f"job {job_id}: {job.status} ({tasks})",
+                )
+                if job.status in FINISHED_STATUSES:
+                    if total is None or job.status == "done":
+                        full = max(done, total or 0, 1)
+                        progress.update(bar, total=full, completed=full)
+                    finished[job_id] = job
+            if len(finished) == len(job_ids):
+                return [finished[i] for i in job_ids]
             sleep(poll_interval_s)
 
 

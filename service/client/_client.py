@@ -289,6 +289,23 @@ class TunehubClient:
         tuned, ConnectionFailed when the service is unreachable and nothing is cached."""
         return self.cached_get(BestConfigOut, "/v1/configs/best", best_params(query))
 
+    def best_from_cache(self, query: ConfigQuery) -> Cached[BestConfigOut] | None:
+        """The answer :meth:`best` (or :meth:`query`) last stored on disk for ``query``,
+        without asking the service (``stale`` is false: nothing failed); None when nothing is
+        cached or the client has no ``cache_dir``. For callers that must not wait on the
+        network once they hold an answer (the PyTorch ops)."""
+        if self.cache is None:
+            return None
+        entry = self.cache.get(request_key("GET", "/v1/configs/best", best_params(query)))
+        if entry is None:
+            return None
+        try:
+            value = BestConfigOut.model_validate_json(entry.body)
+        except ValidationError:
+            log.warning("ignoring a cached answer that is not a BestConfigOut: %s", entry.key)
+            return None
+        return Cached(value, False, entry.confirmed_at)
+
     def query_configs(self, batch: ConfigQueryBatch) -> ConfigQueryResults:
         """POST /v1/configs/query: many problems in one request (read-only, so retried)."""
         return self._call(

@@ -29,12 +29,10 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from service.client import ApiError, ClientError, TunehubClient
+from service.integrations._client_env import env_client
 from service.integrations._triton_env import (
     Timer,
     config_name,
@@ -269,15 +267,10 @@ class TunehubAutotuner:
 def _default_client(
     server: str | None, token: str | None, cache_dir: str | os.PathLike[str] | None
 ) -> TunehubClient | None:
-    server = server or os.environ.get("TUNEHUB_SERVER")
-    if not server:
+    client = env_client(server, token, cache_dir)
+    if client is None:
         log.info("no tunehub server (TUNEHUB_SERVER): tuning locally, nothing shared")
-        return None
-    token = token or os.environ.get("TUNEHUB_TOKEN")
-    cache = cache_dir or os.environ.get("TUNEHUB_CLIENT_CACHE")
-    if cache is None:
-        cache = Path(platformdirs.user_cache_dir("tunehub")) / "client"
-    return TunehubClient(server, token, cache_dir=cache, timeout=10.0)
+    return client
 
 
 def autotune(

@@ -87,6 +87,11 @@ def test_best_answers_stale_from_the_cache_while_the_service_is_down_and_fresh_w
     with TunehubClient(service.url, cache_dir=tmp_path / "client", retry=fast) as client:
         fresh = client.best(query(TUNED))
         assert not fresh.stale and fresh.value.variant_name == "reduce_f32_p4"
+        # the cache alone, no request: what best() stored (the PyTorch ops read it first)
+        cached = client.best_from_cache(query(TUNED))
+        assert cached is not None and cached.value == fresh.value and not cached.stale
+        assert client.best_from_cache(query(UNTUNED_MAX)) is None
+        assert TunehubClient(service.url).best_from_cache(query(TUNED)) is None  # no cache_dir
 
         service.stop()
         offline = client.best(query(TUNED))

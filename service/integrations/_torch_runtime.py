@@ -1,0 +1,479 @@
+"""The process-wide state of the PyTorch ops: configuration, the client, one resolved kernel
+per (op, layout, dtype, dims, device), the shapes seen and the active recorders.
+
+The first call of a shape resolves it (:meth:`Runtime.entry`, under a lock): ask the
+client's on-disk answer cache, then the service; check the distance bound; load the winner's
+library by the load policy; ask ``tunehub_can_run``. The result, a kernel or a fallback, is
+kept in ``Runtime.kernels``; every later call of that shape costs a dict lookup and the
+ctypes call (or torch's op). A fallback is logged once per shape and counted per call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from pydantic import ValidationError
+
+from service.client import ApiError, Cached, ClientError, ConnectionFailed, RetryPolicy
+from service.integrations._client_env import client_cache_dir, env_client
+from service.integrations._torch_build import DEFAULT_BUILD_TIMEOUT_S, BuildError, build_variant
+from service.integrations._torch_device import backend_of_key, device_key
+from service.integrations._torch_loader import (
+    ABI,
+    KernelLibrary,
+    LoadError,
+    int64_array,
+    load_library,
+    reason_text,
+)
+from service.integrations._torch_record import ShapeRecorder
+from service.integrations._torch_stats import (
+    RECORDED_REASONS,
+    Fallback,
+    OpCounts,
+    ShapeStat,
+    TorchStats,
+)
+from service.schemas.configs import MAX_NEAREST_DISTANCE, BestConfigOut, ConfigQuery
+
+__all__ = [
+    "LOAD_POLICIES",
+    "TorchConfig",
+    "Entry",
+    "Runtime",
+    "RUNTIME",
+    "DTYPES",
+    "problem_of",
+]
+
+log = logging.getLogger(__name__)
+
+LOAD_POLICIES = ("artifact", "source", "auto")
+#: torch dtypes the kernels take, by tunehub's name
+DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+#: after a failed connection the ops ask only the on-disk cache for this long
+SERVICE_DOWN_S = 30.0
+_REDUCE_KINDS = ("sum", "max", "mean")
+_CONV_DIMS = ("n", "h", "w", "c", "k", "r", "s", "stride", "pad", "dilation")
+#: ids and digests the service sends become folder names: nothing else may reach a path
+_SAFE_NAME = re.compile(r"^[0-9A-Za-z_-]{1,128}$")
+
+
+def problem_of(op: str, dims: Sequence[int]) -> dict[str, Any]:
+    """The problem of ``op`` whose ABI dims are ``dims`` (reduce: kind code last; rms_norm:
+    the eps bits last, not part of the problem)."""
+    if op == "gemm":
+        return {"m": dims[0], "n": dims[1], "k": dims[2]}
+    if op == "reduce":
+        return {"m": dims[0], "k": dims[1], "kind": _REDUCE_KINDS[dims[2]]}
+    if op in ("softmax", "rms_norm"):
+        return {"m": dims[0], "k": dims[1]}
+    if op == "conv2d":
+        return dict(zip(_CONV_DIMS, dims, strict=True))
+    raise ValueError(f"unknown op {op!r}")
+
+
+class ArtifactClient(Protocol):
+    """What the runtime asks of :class:`service.client.TunehubClient`."""
+
+    def best(self, query: ConfigQuery) -> Cached[BestConfigOut]: ...
+
+    def best_from_cache(self, query: ConfigQuery) -> Cached[BestConfigOut] | None: ...
+
+    def fetch_artifact(self, ref: Any, dest_dir: Path) -> Path: ...
+
+    def variant_build(self, variant_id: str) -> Any: ...
+
+
+@dataclass(frozen=True)
+class TorchConfig:
+    """Where answers come from and how winners are loaded (see ``configure``)."""
+
+    server: str | None = None
+    token: str | None = None
+    cache_dir: Path = Path(".")
+    #: artifact: download (sha256 checked) and load; source: compile the variant's source
+    #: here; auto: the artifact, else the source
+    load: str = "auto"
+    max_distance: float = MAX_NEAREST_DISTANCE
+    #: ask the service even when the on-disk cache has an answer (a fresher winner)
+    revalidate: bool = False
+    build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S
+
+
+def config_from_env() -> TorchConfig:
+    load = os.environ.get("TUNEHUB_TORCH_LOAD", "auto")
+    if load not in LOAD_POLICIES:
+        log.warning("TUNEHUB_TORCH_LOAD=%r is not one of %s; using auto", load, LOAD_POLICIES)
+        load = "auto"
+    distance = MAX_NEAREST_DISTANCE
+    if raw := os.environ.get("TUNEHUB_TORCH_MAX_DISTANCE"):
+        try:
+            distance = float(raw)
+        except ValueError:
+            log.warning("TUNEHUB_TORCH_MAX_DISTANCE=%r is not a number; using %g", raw, distance)
+    return TorchConfig(
+        server=os.environ.get("TUNEHUB_SERVER") or None,
+        token=os.environ.get("TUNEHUB_TOKEN") or None,
+        cache_dir=client_cache_dir(),
+        load=load,
+        max_distance=distance,
+    )
+
+
+class Entry:
+    """The resolved kernel of one shape: a loaded library with its ABI dims ready, or a
+    fallback (``library`` None)."""
+
+    __slots__ = ("library", "dims", "n_dims", "workspace", "stat", "cuda")
+
+    def __init__(self, stat: ShapeStat, library: KernelLibrary | None, dims: Sequence[int]):
+        self.stat = stat
+        self.library = library
+        self.dims = int64_array(dims)
+        self.n_dims = len(dims)
+        self.workspace = library.workspace_bytes(dims) if library is not None else 0
+        self.cuda = stat.device.startswith("cuda:")
+
+    def launch(self, inputs: Sequence[torch.Tensor], output: torch.Tensor) -> bool:
+        """Run the kernel on torch's current stream; False (after saying why, once) when it
+        returned an error, and the shape falls back from then on."""
+        library = self.library
+        if library is None:
+            return False
+        if self.cuda and output.device.index != torch.cuda.current_device():
+            with torch.cuda.device(output.device):  # kernels launch on the current device
+                return self.launch(inputs, output)
+        pointers = (ctypes.c_void_p * len(inputs))(*[t.data_ptr() for t in inputs])
+        workspace = None
+        if self.workspace:
+            buffer = torch.empty(self.workspace, dtype=torch.uint8, device=output.device)
+            workspace = buffer.data_ptr()
+        stream = torch.cuda.current_stream(output.device).cuda_stream if self.cuda else None
+        code = library.run(
+            pointers, output.data_ptr(), self.dims, self.n_dims, workspace, self.workspace, stream
+        )
+        if code == 0:
+            self.stat.tunehub_calls += 1
+            return True
+        self.library = None
+        RUNTIME.fell_back(self.stat, Fallback("run_failed", f"tunehub_run: {reason_text(code)}"))
+        return False
+
+
+class _Resolved(Exception):
+    """Internal: resolution ended in a fallback."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.fallback = Fallback(reason, message)
+
+
+class Runtime:
+    def __init__(self) -> None:
+        self.kernels: dict[tuple[Any, ...], Entry] = {}
+        self.shapes: list[ShapeStat] = []
+        self.unsupported: dict[tuple[Any, ...], ShapeStat] = {}
+        self.recorders: list[ShapeRecorder] = []
+        self._lock = threading.RLock()
+        self._config: TorchConfig | None = None
+        self._client: ArtifactClient | None = None
+        self._client_made = False
+        self._down_until = 0.0
+        #: the recorder of TUNEHUB_RECORD, read with the rest of the environment
+        self._env_recorder: ShapeRecorder | None = None
+
+    # -- configuration ----------------------------------------------------------------------
+
+    @property
+    def config(self) -> TorchConfig:
+        if self._config is None:
+            self._config = config_from_env()
+            self._record_from_env()
+        return self._config
+
+    def _record_from_env(self) -> None:
+        if self._env_recorder is not None:
+            self.recorders.remove(self._env_recorder)
+            self._env_recorder = None
+        if path := os.environ.get("TUNEHUB_RECORD"):
+            self._env_recorder = ShapeRecorder(path)
+            self.recorders.append(self._env_recorder)
+
+    def configure(self, client: ArtifactClient | None = None, **changes: Any) -> TorchConfig:
+        """Change the configuration (None values keep theirs) and forget resolved shapes and
+        counts. The client is made again from the new settings when ``server``, ``token`` or
+        ``cache_dir`` change; a given ``client`` is used as it is."""
+        with self._lock:
+            old = self.config
+            config = replace(old, **{k: v for k, v in changes.items() if v is not None})
+            if config.load not in LOAD_POLICIES:
+                raise ValueError(f"load must be one of {LOAD_POLICIES}, not {config.load!r}")
+            self._config = config
+            if client is not None:
+                self._client, self._client_made = client, True
+            elif (config.server, config.token, config.cache_dir) != (
+                old.server, old.token, old.cache_dir
+            ):  # fmt: skip
+                self._client, self._client_made = None, False
+            self.reset()
+            return config
+
+    @property
+    def client(self) -> ArtifactClient | None:
+        if not self._client_made:
+            config = self.config
+            retry = RetryPolicy(attempts=2, backoff_s=0.1)
+            made = env_client(config.server, config.token, config.cache_dir, retry=retry)
+            self._client = made  # type: ignore[assignment]
+            self._client_made = True
+        return self._client
+
+    def reset(self, configuration: bool = False) -> None:
+        """Forget every resolved shape and the counts (loaded libraries stay loaded); with
+        ``configuration``, also what ``configure`` set (the environment is read again)."""
+        with self._lock:
+            if configuration:
+                self._config = None
+                self._client = None
+                self._client_made = False
+            self.kernels.clear()
+            self.shapes.clear()
+            self.unsupported.clear()
+            self._down_until = 0.0
+
+    # -- the slow path: resolve a shape once ------------------------------------------------
+
+    def entry(
+        self, op: str, layout: str, dtype: torch.dtype, dims: Sequence[int], device: torch.device
+    ) -> Entry:
+        key = (op, layout, dtype, tuple(dims), device)
+        with self._lock:
+            found = self.kernels.get(key)
+            if found is not None:
+                return found
+            start = time.perf_counter()
+            try:
+                name = device_key(device)
+            except (ValueError, RuntimeError) as exc:
+                name = f"{device.type}:?"
+                stat = self._stat(op, layout, dtype, dims, name)
+                entry = Entry(stat, None, dims)
+                self.fell_back(stat, Fallback("unsupported", str(exc)))
+            else:
+                stat = self._stat(op, layout, dtype, dims, name)
+                try:
+                    library = self._resolve(stat, list(dims))
+                    entry = Entry(stat, library, dims)
+                except _Resolved as resolved:
+                    entry = Entry(stat, None, dims)
+                    self.fell_back(stat, resolved.fallback)
+            stat.resolve_seconds = time.perf_counter() - start
+            self.kernels[key] = entry
+            self.shapes.append(stat)
+            return entry
+
+    @staticmethod
+    def _stat(
+        op: str, layout: str, dtype: torch.dtype, dims: Sequence[int], device: str
+    ) -> ShapeStat:
+        return ShapeStat(op, DTYPES[dtype], layout, problem_of(op, dims), device, source="")
+
+    def fell_back(self, stat: ShapeStat, fallback: Fallback) -> None:
+        """Say once (a warning) that this shape runs torch's op, and record it."""
+        self.config  # noqa: B018  (reads the environment, TUNEHUB_RECORD included, once)
+        stat.fallback = fallback
+        stat.source = str(fallback)
+        dims = ",".join(f"{k}={v}" for k, v in stat.problem.items())
+        log.warning(
+            "tunehub %s %s %s on %s runs torch's op: %s",
+            stat.op, stat.dtype, dims, stat.device, fallback.message,
+        )  # fmt: skip
+        if fallback.reason in RECORDED_REASONS:
+            for recorder in self.recorders:
+                recorder.add(stat.record())
+
+    def _lookup(self, query: ConfigQuery) -> tuple[BestConfigOut, str]:
+        """(answer, where from): the on-disk cache first (unless revalidating), then the
+        service; _Resolved when neither answers."""
+        client = self.client
+        if client is None:
+            raise _Resolved(
+                "no_server", "no tunehub server configured (configure(server=...) or "
+                "TUNEHUB_SERVER)"
+            )  # fmt: skip
+        cached = client.best_from_cache(query)
+        service_down = time.monotonic() < self._down_until
+        if cached is not None and (not self.config.revalidate or service_down):
+            return cached.value, "on-disk cache"
+        if service_down:
+            raise _Resolved("unreachable", "the service is unreachable and nothing is cached")
+        try:
+            answer = client.best(query)
+        except ApiError as exc:
+            if exc.status == 404:
+                raise _Resolved("not_tuned", "not tuned yet for this device") from None
+            raise _Resolved("service_error", f"the service refused: {exc.detail}") from None
+        except ConnectionFailed as exc:
+            self._down_until = time.monotonic() + SERVICE_DOWN_S
+            raise _Resolved("unreachable", f"{exc}; nothing cached") from None
+        except ClientError as exc:
+            raise _Resolved("service_error", str(exc)) from None
+        return answer.value, "on-disk cache" if answer.stale else "service"
+
+    def _resolve(self, stat: ShapeStat, dims: list[int]) -> KernelLibrary:
+        try:
+            query = ConfigQuery(
+                op=stat.op,  # type: ignore[arg-type]  # validated here: ops newer than schemas
+                dtype=stat.dtype,  # type: ignore[arg-type]
+                layout=stat.layout,
+                problem=stat.problem,
+                device=stat.device,
+            )
+        except ValidationError as exc:
+            message = exc.errors()[0]["msg"]
+            raise _Resolved("service_error", f"this tunehub cannot ask for it: {message}") from None
+        answer, answered_from = self._lookup(query)
+        stat.variant = answer.variant_name
+        stat.exact = answer.exact
+        stat.distance = answer.distance
+        if not answer.exact and answer.distance > self.config.max_distance:
+            tuned = ",".join(f"{k}={v}" for k, v in answer.tuned_problem.items())
+            raise _Resolved(
+                "too_far",
+                f"the nearest tuned shape ({tuned}) is at log2 distance {answer.distance:.2f}, "
+                f"beyond {self.config.max_distance:g}",
+            )
+        library, loaded_from = self._load(answer, backend_of_key(stat.device))
+        code = library.can_run(dims)
+        if code != 0:
+            raise _Resolved(
+                "refused", f"{answer.variant_name}'s tunehub_can_run refused: {reason_text(code)}"
+            )
+        local = answered_from == "on-disk cache" and loaded_from.endswith("cache")
+        stat.source = "on-disk cache" if local else loaded_from.removesuffix(" cache")
+        return library
+
+    # -- loading a winner ----------------------------------------------------------------
+
+    def _load(self, answer: BestConfigOut, backend: str) -> tuple[KernelLibrary, str]:
+        """(library, "artifact" | "artifact cache" | "source build" | "source build cache")."""
+        policy = self.config.load
+        errors = []
+        if policy in ("artifact", "auto"):
+            try:
+                return self._load_artifact(answer, backend)
+            except (LoadError, ClientError, OSError, _NoArtifact) as exc:
+                errors.append(f"artifact: {exc}")
+        if policy in ("source", "auto"):
+            try:
+                return self._load_source(answer)
+            except (LoadError, BuildError, ClientError, OSError) as exc:
+                errors.append(f"source build: {exc}")
+        raise _Resolved("no_library", f"{answer.variant_name}: " + "; ".join(errors))
+
+    def _load_artifact(self, answer: BestConfigOut, backend: str) -> tuple[KernelLibrary, str]:
+        ref = answer.artifact
+        if ref is None:
+            raise _NoArtifact("the answer names no artifact")
+        if ref.abi != ABI or ref.backend != backend:
+            raise _NoArtifact(f"a {ref.backend} artifact of ABI {ref.abi}, not {backend} {ABI}")
+        if not _SAFE_NAME.match(ref.sha256):
+            raise _NoArtifact(f"malformed sha256 {ref.sha256!r}")
+        folder = self.config.cache_dir / "artifacts" / ref.sha256
+        for present in sorted(folder.glob("*")) if folder.is_dir() else []:
+            try:
+                return load_library(present, ref.sha256), "artifact cache"
+            except LoadError as exc:  # a partial or altered file: fetch it again
+                log.warning("%s", exc)
+                present.unlink(missing_ok=True)
+        client = self.client
+        assert client is not None  # an answer came from it
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            path = client.fetch_artifact(ref, folder)  # ArtifactMismatch on a bad sha256
+        except BaseException:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # nothing was kept: leave no empty folder either
+            raise
+        return load_library(path, ref.sha256), "artifact"
+
+    def _load_source(self, answer: BestConfigOut) -> tuple[KernelLibrary, str]:
+        if not _SAFE_NAME.match(answer.variant_id):
+            raise BuildError(f"malformed variant id {answer.variant_id!r}")
+        builds = self.config.cache_dir / "builds"
+        index = builds / "variants" / answer.variant_id
+        try:
+            built = builds / index.read_text().strip() / "kernel.so"
+            if built.is_file():
+                return load_library(built), "source build cache"
+        except OSError:
+            pass
+        client = self.client
+        assert client is not None
+        record = client.variant_build(answer.variant_id)
+        path, _ = build_variant(record, builds, timeout_s=self.config.build_timeout_s)
+        index.parent.mkdir(parents=True, exist_ok=True)
+        index.write_text(path.parent.name)
+        return load_library(path), "source build"
+
+    # -- what the ops report ----------------------------------------------------------------
+
+    def note_unsupported(self, op: str, tensor: torch.Tensor, layout: str, message: str) -> None:
+        """A call the ops hand to torch before asking anyone (a dtype, dim or argument
+        tunehub has no kernel for): said once per (op, shape, why), counted per call."""
+        key = (op, tensor.dtype, tuple(tensor.shape), tensor.device, message)
+        stat = self.unsupported.get(key)
+        if stat is None:
+            with self._lock:
+                stat = ShapeStat(
+                    op, str(tensor.dtype).removeprefix("torch."), layout,
+                    {"shape": list(tensor.shape)}, tensor.device.type, source="",
+                )  # fmt: skip
+                self.fell_back(stat, Fallback("unsupported", message))
+                self.unsupported[key] = stat
+                self.shapes.append(stat)
+        stat.fallback_calls += 1
+
+    def stats(self) -> TorchStats:
+        ops: dict[str, OpCounts] = {}
+        shapes = list(self.shapes)
+        for shape in shapes:
+            counts = ops.setdefault(shape.op, OpCounts())
+            counts.tunehub += shape.tunehub_calls
+            counts.fallback += shape.fallback_calls
+            if shape.fallback is not None and shape.fallback_calls:
+                counts.reasons[shape.fallback.reason] += shape.fallback_calls
+        return TorchStats(ops, [replace(s) for s in shapes])
+
+    def start_recording(self, recorder: ShapeRecorder) -> None:
+        with self._lock:
+            self.recorders.append(recorder)
+            for stat in self._untuned(self.shapes):
+                recorder.add(stat.record())
+
+    def stop_recording(self, recorder: ShapeRecorder) -> None:
+        with self._lock:
+            self.recorders.remove(recorder)
+
+    @staticmethod
+    def _untuned(shapes: Iterable[ShapeStat]) -> list[ShapeStat]:
+        return [s for s in shapes if s.fallback and s.fallback.reason in RECORDED_REASONS]
+
+
+class _NoArtifact(Exception):
+    """The answer has no artifact this process can load."""
+
+
+RUNTIME = Runtime()

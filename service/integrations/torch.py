@@ -1,0 +1,319 @@
+"""tunehub's tuned kernels as PyTorch ops, with torch's own op wherever there is no answer.
+
+    import service.integrations.torch as tunehub_torch
+
+    tunehub_torch.configure(server="http://tunehub:8765")   # or TUNEHUB_SERVER
+    tunehub_torch.patch(model)                     # nn.Linear/Conv2d/RMSNorm/Softmax -> tunehub
+    with torch.inference_mode():
+        model(x)
+    print(tunehub_torch.stats().format())          # where each shape's kernel came from
+
+Ops (also ``torch.ops.tunehub.<name>``, custom ops with fake kernels: ``torch.compile(
+fullgraph=True)`` traces them and CUDA graph capture records their launches):
+
+- ``linear(x, weight, bias=None)``: gemm ``rcr`` (m = product of x's leading dims);
+- ``matmul(a, b)``: 2-D gemm ``rrr``;
+- ``softmax(x, dim=-1)``, ``sum(x, dim=-1, keepdim=False)``: over the last dim;
+- ``rms_norm(x, weight, eps=1e-6)``: y = w * x * rsqrt(mean(x^2) + eps), f32 statistics;
+- ``conv2d(x, weight, stride=1, padding=0, dilation=1, *, bias=None, groups=1)``: x and
+  weight in channels_last memory (NHWC input, KRSC filter), output channels_last.
+
+The first call of a shape asks the client's on-disk answer cache, then the service, for the
+best config on this device; loads the winner once per process by the load policy
+(``artifact``: download, check its sha256, load; ``source``: compile the variant's source
+here; ``auto``: the artifact, else the source); and asks the variant's ``tunehub_can_run``.
+Later calls of that shape cost a dict lookup and the ctypes call, on torch's current stream.
+Where that fails (no server, not tuned, the nearest tuned shape too far, refused dims, no
+library, service down with nothing cached) or the call is one tunehub has no kernel for (a
+dim other than the last, float64, groups, autograd), torch's op runs: said once per shape
+(a warning), counted per call in :func:`stats`.
+
+Configuration: :func:`configure`, else ``TUNEHUB_SERVER``, ``TUNEHUB_TOKEN``,
+``TUNEHUB_CLIENT_CACHE`` (answers, artifacts, builds), ``TUNEHUB_TORCH_LOAD``
+(artifact|source|auto), ``TUNEHUB_TORCH_MAX_DISTANCE``; ``TUNEHUB_RECORD=path`` records the
+untuned shapes of the whole process (:func:`record` for a block). docs/torch.md has the rest.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from service.integrations import _torch_ops as _ops
+from service.integrations._torch_record import ShapeRecorder
+from service.integrations._torch_runtime import LOAD_POLICIES, RUNTIME, ArtifactClient, TorchConfig
+from service.integrations._torch_stats import (
+    FALLBACK_REASONS,
+    Fallback,
+    OpCounts,
+    ShapeStat,
+    TorchStats,
+)
+
+__all__ = [
+    "configure",
+    "record",
+    "stats",
+    "reset",
+    "patch",
+    "unpatch",
+    "linear",
+    "matmul",
+    "softmax",
+    "sum",
+    "rms_norm",
+    "conv2d",
+    "rms_norm_reference",
+    "LOAD_POLICIES",
+    "FALLBACK_REASONS",
+    "TorchConfig",
+    "TorchStats",
+    "OpCounts",
+    "ShapeStat",
+    "Fallback",
+    "ShapeRecorder",
+]
+
+rms_norm_reference = _ops.rms_norm_reference
+
+
+def configure(
+    server: str | None = None,
+    token: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    load: str | None = None,
+    max_distance: float | None = None,
+    revalidate: bool | None = None,
+    build_timeout_s: float | None = None,
+    client: ArtifactClient | None = None,
+) -> TorchConfig:
+    """Where the ops find answers and how they load winners; arguments left out keep their
+    value (first read from the environment). ``load``: artifact, source or auto;
+    ``max_distance``: the farthest nearest-shape answer used (log2 distance, default
+    ``MAX_NEAREST_DISTANCE``); ``revalidate``: ask the service even when the on-disk cache
+    answers; ``client``: a ready ``TunehubClient`` (with its ``cache_dir``). Shapes resolved
+    before are resolved again on their next call."""
+    return RUNTIME.configure(
+        client,
+        server=server,
+        token=token,
+        cache_dir=Path(cache_dir).expanduser() if cache_dir is not None else None,
+        load=load,
+        max_distance=max_distance,
+        revalidate=revalidate,
+        build_timeout_s=build_timeout_s,
+    )
+
+
+@contextmanager
+def record(path: str | os.PathLike[str]) -> Iterator[ShapeRecorder]:
+    """Write every shape the ops saw untuned (not tuned, too far, refused, no server, service
+    down) to ``path``, one JSON line each, de-duplicated against the file: the shapes seen
+    before the block too, and each new one as it is seen. ``tunehub tune --from-file path``
+    tunes them."""
+    recorder = ShapeRecorder(path)
+    RUNTIME.start_recording(recorder)
+    try:
+        yield recorder
+    finally:
+        RUNTIME.stop_recording(recorder)
+
+
+def stats() -> TorchStats:
+    """Per op, calls on tunehub kernels and on torch (by reason); per shape, where its kernel
+    came from: "artifact", "source build", "on-disk cache" or "fallback: <why>"
+    (``.format()`` prints it)."""
+    return RUNTIME.stats()
+
+
+def reset(configuration: bool = False) -> None:
+    """Forget the resolved shapes and the counts: the next call of each shape asks again
+    (e.g. after ``tunehub tune --from-file``). Loaded libraries stay loaded. With
+    ``configuration``, forget what :func:`configure` set too (the environment is read again)."""
+    RUNTIME.reset(configuration)
+
+
+# -- the ops -------------------------------------------------------------------------------------
+
+
+def _eager_note(op: str, x: torch.Tensor, layout: str, why: str) -> None:
+    if not torch.compiler.is_compiling():  # traced away: a graph has no side effects
+        RUNTIME.note_unsupported(op, x, layout, why)
+
+
+def _autograd(*tensors: torch.Tensor | None) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` through a tuned gemm (rcr): ``x @ weight.T + bias``."""
+    if _autograd(x, weight, bias):
+        _eager_note("gemm", x, "rcr", "autograd (tunehub kernels are inference only)")
+        return F.linear(x, weight, bias)
+    if torch.compiler.is_compiling():
+        return torch.ops.tunehub.linear(x, weight, bias)
+    return _ops.linear_kernel(x, weight, bias)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` for 2-D ``a`` [m, k] and ``b`` [k, n] through a tuned gemm (rrr)."""
+    if a.dim() != 2 or b.dim() != 2 or _autograd(a, b):
+        why = "autograd" if a.dim() == b.dim() == 2 else "operands that are not 2-D"
+        _eager_note("gemm", a, "rrr", why)
+        return torch.matmul(a, b)
+    if torch.compiler.is_compiling():
+        return torch.ops.tunehub.matmul(a, b)
+    return _ops.matmul_kernel(a, b)
+
+
+def _last_dim(x: torch.Tensor, dim: int) -> bool:
+    return x.dim() > 0 and dim in (-1, x.dim() - 1)
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``torch.softmax(x, dim)``; tuned over the last dim (other dims run torch's)."""
+    if not _last_dim(x, dim) or _autograd(x):
+        _eager_note("softmax", x, "row", "autograd" if _autograd(x) else f"dim {dim}")
+        return torch.softmax(x, dim)
+    if torch.compiler.is_compiling():
+        return torch.ops.tunehub.softmax(x)
+    return _ops.softmax_kernel(x)
+
+
+def sum(x: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Tensor:  # noqa: A001
+    """``torch.sum(x, dim, keepdim)``; tuned over the last dim of float tensors."""
+    if not _last_dim(x, dim) or not x.is_floating_point() or _autograd(x):
+        why = "autograd" if _autograd(x) else f"dim {dim} of a {x.dtype} tensor"
+        _eager_note("reduce", x, "row", why)
+        return torch.sum(x, dim, keepdim=keepdim)
+    if torch.compiler.is_compiling():
+        y = torch.ops.tunehub.sum(x)
+    else:
+        y = _ops.sum_kernel(x)
+    return y.unsqueeze(-1) if keepdim else y
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm over the last dim: ``weight * x * rsqrt(mean(x^2) + eps)``, statistics in
+    float32 (the fallback is :func:`rms_norm_reference`, as Hugging Face models write it)."""
+    if _autograd(x, weight) or weight.dtype != x.dtype:
+        why = "autograd" if _autograd(x, weight) else "a weight of another dtype"
+        _eager_note("rms_norm", x, "row", why)
+        return _ops.rms_norm_reference(x, weight, eps)
+    if torch.compiler.is_compiling():
+        return torch.ops.tunehub.rms_norm(x, weight, eps)
+    return _ops.rms_norm_kernel(x, weight, eps)
+
+
+def _symmetric(value: int | Sequence[int]) -> int | None:
+    if isinstance(value, int):
+        return value
+    values = list(value)
+    return values[0] if len(values) == 2 and values[0] == values[1] else None
+
+
+def conv2d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] | str = 0,
+    dilation: int | Sequence[int] = 1,
+    *,
+    bias: torch.Tensor | None = None,
+    groups: int = 1,
+) -> torch.Tensor:
+    """``F.conv2d(x, weight, bias, stride, padding, dilation, groups)`` for channels_last
+    ``x`` [N, C, H, W] and ``weight`` [K, C, R, S] (NHWC input, KRSC filter): tuned for
+    groups 1 and one int each of stride, padding and dilation; the output is channels_last.
+    The bias is keyword-only (F.conv2d takes it third)."""
+    if isinstance(stride, torch.Tensor):
+        raise TypeError("conv2d(x, weight, stride, padding, dilation, *, bias=None, groups=1)")
+    sym_stride, sym_dilation = _symmetric(stride), _symmetric(dilation)
+    sym_pad = 0 if padding == "valid" else None if isinstance(padding, str) else _symmetric(padding)
+    if x.dim() != 4 or weight.dim() != 4 or groups != 1:
+        why = "groups != 1" if groups != 1 else "an input that is not 4-D"
+    elif sym_stride is None or sym_pad is None or sym_dilation is None:
+        why = f"stride {stride}, padding {padding}, dilation {dilation} (not one int each)"
+    elif _autograd(x, weight, bias):
+        why = "autograd"
+    else:
+        if torch.compiler.is_compiling():
+            return torch.ops.tunehub.conv2d(x, weight, bias, sym_stride, sym_pad, sym_dilation)
+        return _ops.conv2d_kernel(x, weight, bias, sym_stride, sym_pad, sym_dilation)
+    _eager_note("conv2d", x, "nhwc", why)
+    return F.conv2d(x, weight, bias, stride, padding, dilation, groups)  # type: ignore[arg-type]
+
+
+# -- modules -------------------------------------------------------------------------------------
+
+
+class TunehubLinear(nn.Linear):
+    """``nn.Linear`` whose forward is :func:`linear` (``patch`` swaps the class in place)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias)
+
+
+class TunehubConv2d(nn.Conv2d):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.padding_mode != "zeros":
+            return super().forward(x)
+        return conv2d(x, self.weight, self.stride, self.padding, self.dilation,
+                      bias=self.bias, groups=self.groups)  # fmt: skip
+
+
+class TunehubSoftmax(nn.Softmax):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return softmax(x, self.dim if self.dim is not None else -1)
+
+
+_PATCHES: dict[str, tuple[type[nn.Module], type[nn.Module]]] = {
+    "linear": (nn.Linear, TunehubLinear),
+    "conv2d": (nn.Conv2d, TunehubConv2d),
+    "softmax": (nn.Softmax, TunehubSoftmax),
+}
+
+if hasattr(nn, "RMSNorm"):  # torch >= 2.4
+
+    class TunehubRMSNorm(nn.RMSNorm):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.weight is None or len(self.normalized_shape) != 1:
+                return super().forward(x)
+            eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+            return rms_norm(x, self.weight, eps)
+
+    _PATCHES["rms_norm"] = (nn.RMSNorm, TunehubRMSNorm)
+
+PATCHABLE = tuple(_PATCHES)
+
+
+def patch(model: nn.Module, ops: Sequence[str] = PATCHABLE) -> nn.Module:
+    """Run ``model``'s layers of exactly these types through tunehub: ``linear``
+    (nn.Linear), ``conv2d`` (nn.Conv2d), ``softmax`` (nn.Softmax), ``rms_norm`` (nn.RMSNorm).
+    The modules keep their parameters and state dict (their class is swapped in place);
+    subclasses with a forward of their own are left alone. Returns ``model``."""
+    unknown = sorted(set(ops) - set(_PATCHES))
+    if unknown:
+        raise ValueError(f"cannot patch {unknown}; patchable: {PATCHABLE}")
+    for module in model.modules():
+        for op in ops:
+            base, tuned = _PATCHES[op]
+            if type(module) is base:
+                module.__class__ = tuned
+    return model
+
+
+def unpatch(model: nn.Module) -> nn.Module:
+    """Undo :func:`patch`."""
+    for module in model.modules():
+        for base, tuned in _PATCHES.values():
+            if type(module) is tuned:
+                module.__class__ = base
+    return model

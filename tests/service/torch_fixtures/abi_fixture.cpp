@@ -1,0 +1,139 @@
+// TEST FIXTURE (not a tunehub kernel): a plain f32 CPU library exporting the tunehub ABI
+// ("tunehub-1", kernel_templates/cuda/_tunehub_abi.cuh) so the PyTorch ops' loader and
+// dispatch are tested against real compiled code. Compiled by tests/service/torch_helpers.py
+// with one of -DFIXTURE_GEMM_RCR, -DFIXTURE_GEMM_RRR, -DFIXTURE_SUM, -DFIXTURE_SOFTMAX,
+// -DFIXTURE_RMS_NORM, -DFIXTURE_CONV2D, and optionally:
+//   -DFIXTURE_K_MULTIPLE=N   tunehub_can_run refuses (2, misaligned) a k that is not a multiple
+//   -DFIXTURE_WORKSPACE=N    asks for N bytes of workspace and writes all of them
+//   -DFIXTURE_RUN_FAILS      tunehub_run returns 5 (launch failed)
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#define EXPORT extern "C" __attribute__((visibility("default")))
+
+#ifndef FIXTURE_K_MULTIPLE
+#define FIXTURE_K_MULTIPLE 1
+#endif
+#ifndef FIXTURE_WORKSPACE
+#define FIXTURE_WORKSPACE 0
+#endif
+
+#if defined(FIXTURE_GEMM_RCR) || defined(FIXTURE_GEMM_RRR)
+static const int kDims = 3;
+static const int kKIndex = 2;
+static const char* kName = "fixture gemm";
+#elif defined(FIXTURE_SUM)
+static const int kDims = 3;
+static const int kKIndex = 1;
+static const char* kName = "fixture reduce";
+#elif defined(FIXTURE_SOFTMAX)
+static const int kDims = 2;
+static const int kKIndex = 1;
+static const char* kName = "fixture softmax";
+#elif defined(FIXTURE_RMS_NORM)
+static const int kDims = 3;
+static const int kKIndex = 1;
+static const char* kName = "fixture rms_norm";
+#elif defined(FIXTURE_CONV2D)
+static const int kDims = 10;
+static const int kKIndex = 3;  // c: the reduction's inner dim
+static const char* kName = "fixture conv2d";
+#else
+#error "define one FIXTURE_<op>"
+#endif
+
+EXPORT int tunehub_can_run(const int64_t* dims, int n_dims) {
+  if (n_dims != kDims) return 1;
+  for (int i = 0; i < n_dims; ++i) {
+    if (dims[i] < 0) return 1;
+  }
+  if (dims[kKIndex] % FIXTURE_K_MULTIPLE != 0) return 2;
+  return 0;
+}
+
+EXPORT size_t tunehub_workspace_bytes(const int64_t*, int) { return FIXTURE_WORKSPACE; }
+
+EXPORT const char* tunehub_describe(void) { return kName; }
+
+EXPORT int tunehub_run(const void* const* inputs, void* output, const int64_t* dims, int n_dims,
+                       void* workspace, size_t workspace_bytes, void* /*stream*/) {
+  if (tunehub_can_run(dims, n_dims) != 0) return 1;
+#ifdef FIXTURE_RUN_FAILS
+  return 5;
+#endif
+  if (FIXTURE_WORKSPACE > 0) {
+    if (workspace == nullptr || workspace_bytes < (size_t)FIXTURE_WORKSPACE) return 6;
+    std::memset(workspace, 0x5a, FIXTURE_WORKSPACE);
+  }
+  const float* x = static_cast<const float*>(inputs[0]);
+  float* y = static_cast<float*>(output);
+#if defined(FIXTURE_GEMM_RCR) || defined(FIXTURE_GEMM_RRR)
+  const float* b = static_cast<const float*>(inputs[1]);
+  int64_t m = dims[0], n = dims[1], k = dims[2];
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+#ifdef FIXTURE_GEMM_RCR
+        acc += (double)x[i * k + p] * b[j * k + p];
+#else
+        acc += (double)x[i * k + p] * b[p * n + j];
+#endif
+      }
+      y[i * n + j] = (float)acc;
+    }
+#elif defined(FIXTURE_SUM)
+  int64_t m = dims[0], k = dims[1];
+  if (dims[2] != 0) return 3;  // sums only
+  for (int64_t i = 0; i < m; ++i) {
+    double acc = 0.0;
+    for (int64_t p = 0; p < k; ++p) acc += x[i * k + p];
+    y[i] = (float)acc;
+  }
+#elif defined(FIXTURE_SOFTMAX)
+  int64_t m = dims[0], k = dims[1];
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = x + i * k;
+    float top = row[0];
+    for (int64_t p = 1; p < k; ++p) top = row[p] > top ? row[p] : top;
+    double total = 0.0;
+    for (int64_t p = 0; p < k; ++p) total += std::exp((double)row[p] - top);
+    for (int64_t p = 0; p < k; ++p) y[i * k + p] = (float)(std::exp((double)row[p] - top) / total);
+  }
+#elif defined(FIXTURE_RMS_NORM)
+  const float* w = static_cast<const float*>(inputs[1]);
+  int64_t m = dims[0], k = dims[1];
+  uint32_t bits = (uint32_t)dims[2];
+  float eps;
+  std::memcpy(&eps, &bits, sizeof eps);
+  for (int64_t i = 0; i < m; ++i) {
+    double squares = 0.0;
+    for (int64_t p = 0; p < k; ++p) squares += (double)x[i * k + p] * x[i * k + p];
+    float scale = 1.0f / std::sqrt((float)(squares / k) + eps);
+    for (int64_t p = 0; p < k; ++p) y[i * k + p] = w[p] * (x[i * k + p] * scale);
+  }
+#elif defined(FIXTURE_CONV2D)
+  const float* w = static_cast<const float*>(inputs[1]);
+  int64_t N = dims[0], H = dims[1], W = dims[2], C = dims[3], K = dims[4], R = dims[5],
+          S = dims[6], stride = dims[7], pad = dims[8], dil = dims[9];
+  int64_t P = (H + 2 * pad - dil * (R - 1) - 1) / stride + 1;
+  int64_t Q = (W + 2 * pad - dil * (S - 1) - 1) / stride + 1;
+  for (int64_t nn = 0; nn < N; ++nn)
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t q = 0; q < Q; ++q)
+        for (int64_t kk = 0; kk < K; ++kk) {
+          double acc = 0.0;
+          for (int64_t r = 0; r < R; ++r)
+            for (int64_t s = 0; s < S; ++s) {
+              int64_t h = p * stride - pad + r * dil, ww = q * stride - pad + s * dil;
+              if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+              for (int64_t c = 0; c < C; ++c)
+                acc += (double)x[((nn * H + h) * W + ww) * C + c] * w[((kk * R + r) * S + s) * C + c];
+            }
+          y[((nn * P + p) * Q + q) * K + kk] = (float)acc;
+        }
+#endif
+  return 0;
+}
