@@ -312,7 +312,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def arms_stats() -> dict[str, Any]:
     from service.integrations import torch as tunehub_torch
 
-    return tunehub_torch.stats()
+    return tunehub_torch.stats().to_dict()
 
 
 def cmd_record(args: argparse.Namespace) -> int:

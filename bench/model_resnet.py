@@ -112,7 +112,7 @@ def cmd_resnet(args: argparse.Namespace, *, record: bool) -> int:
         "torch": torch.__version__,
         "convs_through_tunehub": swapped,
         "rows": rows,
-        "tunehub": tunehub_torch.stats(),
+        "tunehub": tunehub_torch.stats().to_dict(),
         "seconds": round(time.monotonic() - started, 1),
     }
     path = out / f"resnet-{args.label}.json"
