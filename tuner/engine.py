@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from tuner import winner
 from tuner.backends.base import Backend
+from tuner.capabilities import Capabilities
 from tuner.errors import InvalidRequestError, NoVariantsError
 from tuner.registry import load_space, load_strategy_class
 from tuner.spaces.base import Params, VariantSpace
@@ -276,7 +277,8 @@ def tune(
     should_stop: Callable[[], bool] | None = None,
 ) -> ProblemResult:
     """Tune one problem on the backend's device and return every candidate's result."""
-    if request.objective == "energy" and not backend.measures_energy:
+    capabilities = getattr(backend, "capabilities", Capabilities())  # doubles may lack it
+    if request.objective == "energy" and not capabilities.measures_energy:
         raise InvalidRequestError(
             "objective", f"the {backend.name} backend cannot measure energy; use 'time'"
         )
@@ -304,8 +306,7 @@ def tune(
     strategy = load_strategy_class(request.strategy)(candidates, seed=request.seed, budget=sample)
     deadline = started + budget.max_seconds if budget.max_seconds else math.inf
     workers = config.compile_workers or os.cpu_count() or 1
-    # getattr: wrappers and test doubles that are not Backend subclasses lack these
-    overlap = bool(getattr(backend, "compile_overlaps_measure", False))
+    overlap = capabilities.compile_overlaps_measure
     # small batches where the strategy learns from each or compiles pipeline with timing
     batch_size = workers if strategy.adaptive or overlap else max(workers, LARGE_BATCH)
     if observer:
@@ -320,7 +321,7 @@ def tune(
 
     runner = BatchRunner(backend, space, request, device)
     # what "clearly slower than the best so far" means to this backend's early stop
-    ci_stop = bool(getattr(backend, "ci_early_stop", False))
+    ci_stop = capabilities.ci_early_stop
     slower = 1.0 + config.tie_band if ci_stop else config.abort_slower_than
     results: list[BenchResult] = []
     best_us: float | None = None

@@ -12,7 +12,7 @@ cores. The slots register as ONE worker and each leases for its own device key, 
 never takes a task its card cannot run. Compiles are shared: every slot builds through one
 :class:`BuildCoordinator`, which holds a lock per variant id, so two slots asking for the same
 variant at once compile it once (the other waits and reads the compile cache); the slot's
-backend wrapper is in :mod:`service.agent.slot_backend`.
+backend wrapper is in :mod:`tuner.backends.slot`.
 
 A slot is isolated from the others: a task that fails is reported by its slot, which goes
 on; a slot whose loop dies is restarted after a pause; a slot whose device cannot be opened
@@ -32,13 +32,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from service.agent.agent import BackendFactory, WorkerAgent
-from service.agent.slot_backend import (
-    BuildCoordinator,
-    SlotBackend,
-    SlotBackendFactory,
-    SlotSpec,
-    default_slot_backend,
-)
 from service.agent.wire import device_in
 from service.client import TunehubClient
 from service.schemas.worker import LeaseOut, WorkerRegister
@@ -47,6 +40,13 @@ from tuner.backends.cuda_devices import (
     CudaDeviceEntry,
     choose_devices,
     discover_cuda_devices,
+)
+from tuner.backends.slot import (
+    BuildCoordinator,
+    SlotBackend,
+    SlotBackendFactory,
+    SlotSpec,
+    default_slot_backend,
 )
 from tuner.errors import InvalidRequestError, ToolchainError, TunerError
 from tuner.types import DeviceInfo, EngineConfig
@@ -206,7 +206,7 @@ class SlotPool:
         self.client_factory = client_factory
         self.engine_config = engine_config
         self.slot_backend_factory = slot_backend_factory
-        self.builds = BuildCoordinator()
+        self.builds = BuildCoordinator(engine_config.compile_workers or None)
         self.restart_pause_s = restart_pause_s
         backends = "+".join(dict.fromkeys(s.backend for s in slots))
         self.name = name or f"{platform.node() or 'worker'}-{backends}"

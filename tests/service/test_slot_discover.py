@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.agent.slot_backend import BuildCoordinator, SlotBackend, SlotSpec
+from tuner.backends.slot import BuildCoordinator, SlotBackend, SlotSpec
 from tuner.backends.cpu import CpuBackend
 from tuner.problems import GemmProblem
 from tuner.types import EngineConfig, TuneRequest

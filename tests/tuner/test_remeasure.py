@@ -36,8 +36,7 @@ class Script:
 class ScriptedBackend(Backend):
     """Real space and engine; builds and runs replaced by a script of medians."""
 
-    name = "cpu"
-    ci_early_stop = True
+    name = "cpu"  # the CPU's capabilities (tuner.capabilities): an early stop by interval
 
     def __init__(self, config: EngineConfig, script: Script, default_us: float = 50.0) -> None:
         super().__init__(config)

@@ -123,8 +123,6 @@ ENERGY_BENCH_SECONDS = 0.5
 
 class CudaBackend(Backend):
     name = "cuda"
-    compile_overlaps_measure = True  # nvcc on the host CPUs while the GPU times
-    measures_energy = True  # NVML total-energy counter around the timed batches
 
     def __init__(
         self, config: EngineConfig, *, nvcc: str | None = None, harness_python: str | None = None
