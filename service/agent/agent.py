@@ -25,7 +25,13 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from service.agent.wire import device_in, measurement_in, request_from_task, toolchain_report
+from service.agent.wire import (
+    device_in,
+    host_in,
+    measurement_in,
+    request_from_task,
+    toolchain_report,
+)
 from service.client import ClientError, ConnectionFailed, LeaseLost, TunehubClient
 from service.schemas.common import MAX_LOG_CHARS, DeviceIn, DeviceReport
 from service.schemas.worker import (
@@ -40,6 +46,7 @@ from service.schemas.worker import (
 from tuner.backends.base import Backend
 from tuner.engine import tune
 from tuner.errors import ToolchainError, TunerError
+from tuner.host import HostInfo, host_identity
 from tuner.registry import load_backend_class, load_space
 from tuner.types import BenchResult, DeviceInfo, EngineConfig
 
@@ -75,8 +82,9 @@ class _TaskState:
         return self.cancelled or self.lost
 
 
-#: the fields of an upload that a re-measurement changes
-_TIMING = {"outcome", "median_us", "p20_us", "p80_us", "min_us", "reps", "suspect"}
+#: the fields of an upload that a re-measurement changes (provenance: the confirmation
+#: rounds the store's winner rule reads)
+_TIMING = {"outcome", "median_us", "p20_us", "p80_us", "min_us", "reps", "suspect", "provenance"}
 
 
 class _UploadingObserver:
@@ -132,7 +140,7 @@ class _UploadingObserver:
                 if final.model_dump(include=_TIMING) != first.model_dump(include=_TIMING):
                     self.state.pending.append(final.model_copy(update={"retimed": True}))
 
-    def flush(self, final: bool, error: str | None = None) -> None:
+    def flush(self, final: bool, error: str | None = None, unmeasured: int = 0) -> None:
         with self.state.lock:
             batch, self.state.pending = self.state.pending, []
         if not batch and not final:
@@ -146,6 +154,7 @@ class _UploadingObserver:
                     measurements=batch,
                     final=final,
                     error=error,
+                    unmeasured=unmeasured,
                 ),
             )
         except LeaseLost:
@@ -170,6 +179,7 @@ class WorkerAgent:
         upload_batch: int = 8,
         upload_interval_s: float = 5.0,
         backend_factory: BackendFactory = _default_backend_factory,
+        host: HostInfo | None = None,
     ) -> None:
         self.client = client
         self.engine_config = engine_config
@@ -187,6 +197,7 @@ class WorkerAgent:
         #: lease only for this one of the worker's devices (a slot of a multi-GPU worker)
         self.lease_device: DeviceIn | None = None
         self.tasks_done = 0
+        self.host = host  # tuner.host's identity, sent at registration (found if None)
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -211,7 +222,10 @@ class WorkerAgent:
         """Open the backends, then POST /v1/workers with their devices; returns the id."""
         self._open_backends()
         devices = [device_in(d) for d in self._devices.values()]
-        registered = self.client.register_worker(WorkerRegister(name=self.name, devices=devices))
+        self.host = self.host or host_identity(list(self._devices.values()))
+        registered = self.client.register_worker(
+            WorkerRegister(name=self.name, devices=devices, host=host_in(self.host))
+        )
         self.worker_id = registered.id
         log.info(
             "worker %s registered as %s with %s",
@@ -308,7 +322,7 @@ class WorkerAgent:
                 log.warning("lease %s lost; abandoning task %s", lease_id, task.task_id)
                 return
             observer.queue_retimed(result.results)
-            observer.flush(final=True)
+            observer.flush(final=True, unmeasured=result.unmeasured)
             winner = result.winner.variant_name if result.winner else "none verified"
             log.info(
                 "lease %s done: %d candidates, winner %s%s",

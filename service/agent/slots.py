@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from service.agent.agent import BackendFactory, WorkerAgent
-from service.agent.wire import device_in
+from service.agent.wire import device_in, host_in
 from service.client import TunehubClient
 from service.schemas.worker import LeaseOut, WorkerRegister
 from tuner.backends.cuda_devices import (
@@ -49,6 +49,7 @@ from tuner.backends.slot import (
     default_slot_backend,
 )
 from tuner.errors import InvalidRequestError, ToolchainError, TunerError
+from tuner.host import HostInfo, host_identity
 from tuner.types import DeviceInfo, EngineConfig
 
 __all__ = [
@@ -199,6 +200,7 @@ class SlotPool:
         *,
         slot_backend_factory: SlotBackendFactory = default_slot_backend,
         restart_pause_s: float = _RESTART_PAUSE_S,
+        host: HostInfo | None = None,
         **agent_options: object,
     ) -> None:
         if not slots:
@@ -208,6 +210,8 @@ class SlotPool:
         self.slot_backend_factory = slot_backend_factory
         self.builds = BuildCoordinator(engine_config.compile_workers or None)
         self.restart_pause_s = restart_pause_s
+        #: the host's identity (tuner.host), sent at registration; found when first needed
+        self.host = host
         backends = "+".join(dict.fromkeys(s.backend for s in slots))
         self.name = name or f"{platform.node() or 'worker'}-{backends}"
         if any(s.backend == "cuda" for s in slots):
@@ -257,8 +261,10 @@ class SlotPool:
                 device = device_in(agent.device_info())
                 if device not in devices:
                     devices.append(device)
+            if self.host is None:
+                self.host = host_identity([agent.device_info() for agent in self.agents])
             registered = self.agents[0].client.register_worker(
-                WorkerRegister(name=self.name, devices=devices)
+                WorkerRegister(name=self.name, devices=devices, host=host_in(self.host))
             )
             self.worker_id = registered.id
             for agent in self.agents:

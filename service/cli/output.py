@@ -233,5 +233,20 @@ def best_answer_lines(answer: BestConfigOut) -> list[str]:
         f"  device      {escape(device or '?')}",
         f"  toolchain   {escape(toolchain)}",
         "  confirmed   "
-        + ("yes: re-measured by a second worker" if answer.confirmed else "no (one worker)"),
+        + ("yes: re-measured on another host" if answer.confirmed else "no (one host)"),
+        *(
+            [
+                f"  ties        {escape(', '.join(answer.tie_set))} (as fast within the rounds' noise)"
+            ]
+            if len(answer.tie_set) > 1
+            else []
+        ),
+        *(
+            []
+            if answer.complete
+            else [
+                f"  complete    [yellow]no[/yellow]: {answer.unmeasured} budgeted candidates "
+                "not measured yet (a later job measures them)"
+            ]
+        ),
     ]

@@ -96,6 +96,8 @@ _ANSWER = select(
     BestConfig.toolchain_id,
     BestConfig.updated_at,
     BestConfig.confirmed,
+    BestConfig.tie_set,
+    BestConfig.unmeasured,
     Variant.id.label("variant_id"),
     Variant.name.label("variant_name"),
     Variant.params,
@@ -236,6 +238,9 @@ def _answer(query: LookupQuery, rows: Sequence[Row[Any]], exact: bool) -> dict[s
         },
         "measured_at": row.measured_at,
         "confirmed": row.confirmed,
+        "tie_set": list(row.tie_set or [row.variant_name]),
+        "complete": row.unmeasured == 0,
+        "unmeasured": row.unmeasured,
         # best configs are kept for the time objective; energy winners stay on their jobs
         "objective": "time",
         "energy_j": row.energy_j,

@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, exists, or_, select, update
+from sqlalchemy import exists, select, update
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict, InvalidInput, NotFound
 from service.schemas.common import FINISHED_STATUSES, DeviceFields
+from service.store.confirm import lease_clause
 from service.store.keys import selector_matches
 from service.store.models import (
     BestConfig,
@@ -185,27 +186,6 @@ def _matching_jobs(
     ]
 
 
-def _may_confirm(worker: Worker, device: DeviceFields | None) -> ColumnElement[bool]:
-    """A re-measuring task (job confirm 2) goes only to a worker of another token than the
-    one that measured the winner, holding the winner's device (the leasing slot's, when
-    given) (service.store.confirm)."""
-    own_devices = select(WorkerDevice.device_id).where(WorkerDevice.worker_id == worker.id)
-    if device is not None:
-        own_devices = own_devices.join(Device, Device.id == WorkerDevice.device_id).where(
-            Device.backend == device.backend,
-            Device.name == device.name,
-            Device.arch == device.arch,
-            Device.sm_count == device.sm_count,
-        )
-    return or_(
-        Task.confirm_of.is_(None),
-        and_(
-            Task.confirm_device_id.in_(own_devices),
-            Task.confirm_exclude_token_id.is_distinct_from(worker.token_id),
-        ),
-    )
-
-
 def claim_task(
     session: Session,
     worker: Worker,
@@ -227,7 +207,11 @@ def claim_task(
     candidates = (
         select(Task)
         .join(Job, Job.id == Task.job_id)
-        .where(Task.job_id.in_(job_ids), Task.status == "queued", _may_confirm(worker, device))
+        .where(
+            Task.job_id.in_(job_ids),
+            Task.status == "queued",
+            lease_clause(session, worker, device, job_ids),
+        )
         .order_by(Job.created_at, Task.job_id, Task.position)
     )
     if _is_postgres(session):

@@ -47,7 +47,7 @@ from service.store.models import (
     Variant,
     Worker,
 )
-from service.store.results import pick_winner, replaces_stored
+from service.store.best import pick_winner, replaces_stored
 from service.store.tokens import create_token
 from tests.conftest import PG_ADMIN_URL, REPO_ROOT, pg_admin_connect, spawn_cli
 

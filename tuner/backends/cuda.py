@@ -322,7 +322,7 @@ class CudaBackend(Backend):
             driver=info.get("driver", ""),
             runtime=info.get("runtime", ""),
             memory_bytes=int(info.get("memory_bytes", 0)),
-            extra={k: info[k] for k in ("l2_bytes", "pci_bus_id", "torch") if k in info},
+            extra={k: info[k] for k in ("l2_bytes", "pci_bus_id", "uuid", "torch") if k in info},
         )
         return self._device
 
