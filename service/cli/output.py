@@ -235,9 +235,7 @@ def best_answer_lines(answer: BestConfigOut) -> list[str]:
         "  confirmed   "
         + ("yes: re-measured on another host" if answer.confirmed else "no (one host)"),
         *(
-            [
-                f"  ties        {escape(', '.join(answer.tie_set))} (as fast within the rounds' noise)"
-            ]
+            [f"  ties        {escape(', '.join(answer.tie_set))} (as fast, within the noise)"]
             if len(answer.tie_set) > 1
             else []
         ),

@@ -14,10 +14,10 @@ from tuner.winner import (
     TIE_BAND,
     confidently_faster,
     decide,
-    ratio_interval,
     incumbent_reference,
     needs_remeasure,
     pick,
+    ratio_interval,
     replaces_incumbent,
     rounds_of,
 )
