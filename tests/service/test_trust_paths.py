@@ -75,9 +75,7 @@ def worker_pool(live: Live, backend: Callable[[EngineConfig], StandInBackend]) -
     )
 
 
-def run_job(
-    live: Live, backend: Callable[[EngineConfig], StandInBackend], **fields: Any
-) -> JobOut:
+def run_job(live: Live, backend: Callable[[EngineConfig], StandInBackend], **fields: Any) -> JobOut:
     """Submit a job, run a worker on ``backend`` until it is finished, stop the worker."""
     job = submit(live, **fields)
     pool = worker_pool(live, backend)
@@ -209,6 +207,7 @@ def test_the_incumbent_measured_8pct_slower_in_one_run_is_kept(live: Live) -> No
         },
         other_us=30.0,
     )
+
     def backend(config: EngineConfig) -> StandInBackend:
         return StandInBackend(config, script)
 

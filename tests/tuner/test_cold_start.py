@@ -90,9 +90,7 @@ def test_a_slow_build_that_finishes_in_time_is_timed_too(tmp_path: Path) -> None
                 gate.set()  # the slow build ends once the others are timed
             return super().run(variant, *args, **kwargs)
 
-    backend = OpensTheGate(
-        quick_config(tmp_path), capabilities=OVERLAP, gate=_slow(names[0], gate)
-    )
+    backend = OpensTheGate(quick_config(tmp_path), capabilities=OVERLAP, gate=_slow(names[0], gate))
     result = tune(_request(60.0), backend, backend.config)
     first_pass = order[: len(names)]
     assert first_pass[-1] == names[0] and set(first_pass) == set(names)
