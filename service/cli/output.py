@@ -162,10 +162,18 @@ def winner_line(problem: ProblemStatus) -> str:
     where = _problem_text(problem.problem)
     winner = problem.winner
     if winner:
+        ties = [name for name in winner.tie_set if name != winner.variant_name]
         return (
             f"winner for {where}: [bold green]{escape(winner.variant_name)}[/bold green] "
             f"{format_us(winner.median_us)} us, "
             f"{format_throughput(winner.throughput, winner.throughput_unit)}"
+            + (f"; {len(ties)} more tied (`best` names them)" if ties else "")
+            + (
+                ""
+                if winner.complete
+                else f"; [yellow]incomplete[/yellow]: {winner.unmeasured} budgeted candidates "
+                "not measured"
+            )
         )
     why = f"[red]{escape(problem.error)}[/red]" if problem.error else "no verified candidate"
     return f"no winner for {where}: {why}"
