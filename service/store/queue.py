@@ -99,12 +99,24 @@ def _wanted(selector: dict[str, Any]) -> str:
 
 
 def waiting_for(session: Session, job: Job, live: Sequence[Device]) -> str | None:
-    """Why a job's queued tasks sit still: no live worker has a device its selector matches.
+    """Why a job's queued tasks sit still: no live worker has a device its selector matches,
+    or only re-measuring tasks are left, which wait for another host (service.store.confirm).
 
     None when the job is finished, has nothing queued, or some live worker can take it."""
     if job.status not in ("queued", "running"):
         return None
     if any(selector_matches(job.device, d.backend, d.name, d.arch) for d in live):
+        queued = list(
+            session.scalars(
+                select(Task.confirm_of).where(Task.job_id == job.id, Task.status == "queued")
+            )
+        )
+        if queued and all(task is not None for task in queued):
+            return (
+                "waiting for another host (another machine and physical device with the same "
+                "device key) to re-measure each winner (confirm 2); the measuring host's own "
+                "workers cannot confirm it"
+            )
         return None
     if not session.scalar(select(exists().where(Task.job_id == job.id, Task.status == "queued"))):
         return None

@@ -165,7 +165,7 @@ def _kept_incumbents(
     session: Session, task_winners: list[Measurement]
 ) -> dict[int, dict[str, Any]]:
     """{task winner id: the stored best config it did not replace}, for winners whose key's
-    best config kept an earlier measurement inside the tie band (tuner.winner)."""
+    best config kept another variant (tuner.winner: not beaten with confidence)."""
     kept: dict[int, dict[str, Any]] = {}
     for m in task_winners:
         row = session.execute(
@@ -174,7 +174,7 @@ def _kept_incumbents(
             .join(Variant, Variant.id == Measurement.variant_id)
             .where(*same_best_key(BestConfig, m))
         ).first()
-        if row is not None and row[0].id != m.id:
+        if row is not None and row[0].variant_id != m.variant_id:
             kept[m.id] = winner_dict(row[0], row[1])
     return kept
 

@@ -231,6 +231,7 @@ def test_two_tokens_on_one_machine_do_not_confirm(api: Any) -> None:
     job = api.submit(confirm=2)
     first.upload(first.lease(), [api.measurement("x", 5.0)])
     assert again.lease() is None  # the re-measuring task waits for another host
+    assert "waiting for another host" in (api.get_job(job["id"])["waiting_for"] or "")
     api.submit()  # a plain re-tune on the same machine
     again.upload(again.lease(), [api.measurement("x", 5.01)])
     assert _best(api)["confirmed"] is False
