@@ -203,7 +203,7 @@ def tune(
         reasons = sorted({reason for _, reason in pruned})[:3]
         raise NoVariantsError(f"every variant was pruned for {request.problem.key()}: {reasons}")
     # the vendor's default (a backend discovers it first): timed whole, confirmed side by side
-    # with the near-fastest, and preferred in a tie (tuner.winner rule 2)
+    # with the near-fastest, and preferred in a tie (tuner.winner rule 3)
     vendor_default = (
         space.name(discovered[0], request.dtype, request.layout)
         if discovered and discovered[0] in candidates
