@@ -53,11 +53,10 @@ def test_an_energy_tune_through_the_slot_wrapper_stores_joules(slot: SlotBackend
     result = tune(request, slot, slot.config)
     verified = [r for r in result.results if r.ok]
     assert verified and all(r.energy_j is not None and r.energy_j > 0 for r in verified)
-    assert (
-        result.winner is not None
-        and result.winner.energy_j == min(r.energy_j for r in verified if r.energy_j is not None)
-        or result.winner in verified
-    )
+    least = min(r.energy_j for r in verified if r.energy_j is not None)
+    winner = result.winner
+    assert winner is not None and winner.energy_j is not None
+    assert winner.energy_j <= least * 1.02  # the least energy, within the tie band
 
 
 def test_the_card_s_uuid_identifies_the_device(slot: SlotBackend) -> None:
