@@ -445,9 +445,9 @@ def render(report: Report) -> str:
             "the request (TuneRequest.incumbents: timed without an early stop and again in the "
             "confirmation rounds beside the job's winner). The stored winner follows the "
             "store's rule (tuner.winner.replaces_incumbent: kept unless the job's winner is "
-            "faster beyond the 2% tie band with confidence: its slowest median of the job "
-            "(first pass and confirmation rounds) below the incumbent's fastest by more than "
-            "the band); 'in band' compares the "
+            "faster with confidence: the 95% interval of the incumbent's time over the "
+            "winner's, round by round in the confirmation rounds, lies wholly above 1 + the "
+            "2% band); 'in band' compares the "
             "stored winner's median in that re-tuning with the fastest verified median of the "
             "same re-tuning.",
             "",

@@ -136,6 +136,8 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
                     "winner_params": win.params if win else None,
                     "winner_source": _lt_source(win.params if win else None, discovery),
                     "winner_us": win.timing.median_us if win and win.timing else None,
+                    "tie_set": list(result.tie_set),
+                    "complete": result.complete,
                     "candidates": [summary(r) for r in result.results],
                 }
                 if pass_no == 1:
@@ -171,12 +173,16 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
 
 
 def _stable(row: dict[str, Any]) -> bool | None:
-    """Same winner in the re-tune, or the first winner within the tie band of the second."""
+    """Same winner in the re-tune, or a statistical tie: either winner in the other pass's tie
+    set (tuner.winner); runs recorded before tie sets: the first winner within the tie band
+    of the second."""
     if len(row["tune"]) < 2:
         return None
     first, second = row["tune"][0], row["tune"][1]
     if first["winner_id"] == second["winner_id"]:
         return True
+    if "tie_set" in first and "tie_set" in second:
+        return first["winner"] in second["tie_set"] or second["winner"] in first["tie_set"]
     again = {c["name"]: c["median_us"] for c in second["candidates"]}
     previous = again.get(first["winner"])
     best = second["winner_us"]
@@ -315,8 +321,9 @@ def write_report(out: Path, payload: dict[str, Any], stem: str = "h200-gemm-vend
         f"(min {min(ratios, default=float('nan')):.2f}x); shapes below 0.98x: {len(misses)}.",
         f"- Decode (m <= 16) share of the weight-streaming limit: geomean "
         f"{geomean(decode_limit):.2f}, min {min(decode_limit, default=float('nan')):.2f}.",
-        f"- Stability (re-tuned once in the same run: same winner or within the "
-        f"{TIE_BAND:.0%} tie band): {sum(stable)}/{len(stable)} shapes.",
+        f"- Stability (re-tuned once in the same run: same winner or a statistical tie, either "
+        f"winner in the other pass's tie set; older runs: within the {TIE_BAND:.0%} tie band): "
+        f"{sum(stable)}/{len(stable)} shapes.",
         f"- Tuning wall time: {meta['tune_wall_seconds']:.0f} s for both passes.",
         "",
     ]

@@ -2,17 +2,19 @@
 
     result = tune(request, backend, config, observer)
 
-Two parts: a :class:`BatchRunner` builds, verifies and times the candidates of one batch (and
-re-measures one), and :func:`tune` is the loop that asks the strategy for batches, enforces
-the budgets (``max_variants``, ``max_seconds``), settles suspect contenders, times the
-near-ties again side by side (:func:`confirm_contenders`) and picks the winner with
-:mod:`tuner.winner`. A variant's failure is a :class:`BenchResult` with a failing
-outcome; only exceptions from :mod:`tuner.errors` (or a bug) leave this module.
+A :class:`BatchRunner` builds, verifies and times candidates (and re-measures one), and
+:func:`tune` is the loop that asks the strategy for candidates, has them built
+(:mod:`tuner.feed`), times each once built, enforces the budgets (``max_variants``,
+``max_seconds``), settles suspect contenders and times the near-ties again side by side
+(:mod:`tuner.remeasure`), and decides the winner and its tie set with :mod:`tuner.winner`.
+A variant's failure is a :class:`BenchResult` with a failing outcome; only exceptions from
+:mod:`tuner.errors` (or a bug) leave this module.
 
 Compiling and measuring overlap only where they do not share the measured resource: a
-backend with ``compile_overlaps_measure`` (a GPU, measured while its host's CPUs compile) gets
-the next batch built while the current one is timed; the CPU backend never compiles while it
-times.
+backend with ``compile_overlaps_measure`` (a GPU, measured while its host's CPUs compile)
+times each candidate as soon as its build finishes, while slower builds go on (a cold
+CUTLASS build takes ~40 s); the CPU backend builds a batch, then times it. A budget that ends
+with budgeted candidates unmeasured says so (``ProblemResult.unmeasured``).
 """
 
 from __future__ import annotations
@@ -22,14 +24,16 @@ import math
 import os
 import time
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from tuner import winner
 from tuner.backends.base import Backend
+from tuner.capabilities import Capabilities
 from tuner.errors import InvalidRequestError, NoVariantsError
+from tuner.feed import BatchFeed, StreamFeed
 from tuner.registry import load_space, load_strategy_class
+from tuner.remeasure import confirm_contenders, settle_suspects
 from tuner.spaces.base import Params, VariantSpace
 from tuner.types import (
     BenchResult,
@@ -43,14 +47,19 @@ from tuner.types import (
     Variant,
 )
 
-__all__ = ["TuneObserver", "BatchRunner", "tune", "pick_winner", "candidate_params"]
+__all__ = [
+    "TuneObserver",
+    "BatchRunner",
+    "tune",
+    "pick_winner",
+    "decide_winner",
+    "candidate_params",
+]
 
 log = logging.getLogger(__name__)
 
 #: a non-adaptive strategy is asked this many candidates at once (one compile batch each)
 LARGE_BATCH = 64
-#: pause before the n-th re-measurement of suspect contenders, times n (interference passes)
-REMEASURE_PAUSE_S = 0.05
 
 
 class TuneObserver(Protocol):
@@ -86,27 +95,43 @@ def has_problem_order(space: VariantSpace) -> bool:
     return type(space).order is not VariantSpace.order
 
 
-def pick_winner(
-    results: Sequence[BenchResult], tie_band: float, objective: Objective = "time"
-) -> BenchResult | None:
-    """The engine's side of :mod:`tuner.winner`: the verified winner of ``results``, by median
-    time or, under objective ``energy``, by joules per launch (among results that carry one)."""
+def decide_winner(
+    results: Sequence[BenchResult],
+    tie_band: float,
+    objective: Objective = "time",
+    incumbents: Collection[str] = (),
+) -> winner.Decision[BenchResult]:
+    """The engine's side of :func:`tuner.winner.decide`: the verified winner of ``results``
+    and its tie set, by time (confirmation rounds, else medians) or, under objective
+    ``energy``, by joules per launch (among results that carry one)."""
     if objective == "energy":
-        return winner.pick(
+        return winner.decide(
             [r for r in results if r.timing is not None],
             median=lambda r: r.energy_j,
             name=lambda r: r.variant_name,
             ok=lambda r: r.ok,
             tie_band=tie_band,
         )
-    return winner.pick(
+    return winner.decide(
         results,
         median=lambda r: r.timing.median_us if r.timing else None,
         name=lambda r: r.variant_name,
         ok=lambda r: r.ok,
-        tie_band=tie_band,
+        rounds=lambda r: winner.rounds_of(r.provenance),
         vendor_default=lambda r: winner.is_vendor_default(r.provenance),
+        incumbent=lambda r: r.variant_name in incumbents,
+        tie_band=tie_band,
     )
+
+
+def pick_winner(
+    results: Sequence[BenchResult],
+    tie_band: float,
+    objective: Objective = "time",
+    incumbents: Collection[str] = (),
+) -> BenchResult | None:
+    """The winner of :func:`decide_winner` (None when nothing verified)."""
+    return decide_winner(results, tie_band, objective, incumbents).winner
 
 
 class BatchRunner:
@@ -156,118 +181,6 @@ class BatchRunner:
         return replace(again, compile_seconds=seconds)
 
 
-def _optimistic_us(result: BenchResult) -> float | None:
-    """The fastest a suspect run might really be: its p20, the least disturbed fifth of its
-    samples (interference only adds time); a clean run's median."""
-    if result.timing is None:
-        return None
-    return result.timing.p20_us if result.suspect else result.timing.median_us
-
-
-def _merge(old: BenchResult, new: BenchResult, tries: int) -> BenchResult:
-    """The result to keep after a re-measurement of a suspect one."""
-    note: dict[str, Any] = {
-        "remeasured": tries,
-        "first_median_us": old.timing.median_us if old.timing else None,
-    }
-    if not new.ok or new.timing is None:
-        if new.outcome in (Outcome.RUNTIME_ERROR, Outcome.TIMEOUT, Outcome.WRONG_RESULT):
-            return replace(new, provenance={**new.provenance, **note})  # flaky: say so
-        return replace(old, provenance={**old.provenance, **note})
-    if not new.suspect or old.timing is None or old.outcome is not Outcome.OK:
-        return replace(new, provenance={**new.provenance, **note})
-    # both disturbed: interference only slows a run down, so the faster one is nearer the truth
-    keep = new if new.timing.median_us <= old.timing.median_us else old
-    return replace(keep, provenance={**keep.provenance, **note})
-
-
-def settle_suspects(
-    results: list[BenchResult],
-    remeasure: Callable[[BenchResult], BenchResult],
-    config: EngineConfig,
-    sleep: Callable[[float], None] = time.sleep,
-) -> list[BenchResult]:
-    """Re-measure every suspect result that could win or tie (tuner.winner.needs_remeasure),
-    up to ``config.remeasure_tries`` times each, and return the results with them replaced."""
-    results = list(results)
-    position = {r.variant_id: i for i, r in enumerate(results)}
-    for attempt in range(1, config.remeasure_tries + 1):
-        contenders = winner.needs_remeasure(
-            results,
-            median=lambda r: r.timing.median_us if r.timing else None,
-            bound=_optimistic_us,
-            ok=lambda r: r.timing is not None and r.outcome in (Outcome.OK, Outcome.ABORTED_SLOW),
-            suspect=lambda r: r.suspect,
-            tie_band=config.tie_band,
-        )
-        if not contenders:
-            break
-        log.info("re-measuring %d suspect contenders (try %d)", len(contenders), attempt)
-        sleep(REMEASURE_PAUSE_S * attempt)
-        for old in contenders:
-            results[position[old.variant_id]] = _merge(old, remeasure(old), attempt)
-    return results
-
-
-def confirm_contenders(
-    results: list[BenchResult],
-    remeasure: Callable[[BenchResult], BenchResult],
-    config: EngineConfig,
-    anchors: Collection[str] = (),
-) -> list[BenchResult]:
-    """Time the near-fastest results again, interleaved (A B C, B C A, C A B), and keep for
-    each the round whose median is the median of its rounds. The ``anchors`` (variant names
-    of the stored winner and of the vendor's default) join the rounds wherever they ranked,
-    when timed, so the winner is compared with them side by side.
-
-    A machine whose speed drifts (other tenants, memory bandwidth shared with other cores)
-    makes medians taken seconds apart disagree by more than the tie band; timed side by side,
-    true ties fall inside the band and the name breaks them, so re-tuning does not flip."""
-    verified = [r for r in results if r.ok and r.timing is not None]
-    if config.confirm_rounds < 1 or not verified:
-        return results
-    best = min(r.timing.median_us for r in verified if r.timing)
-    # an early stop judged against the best of one moment: its partial median may be drift
-    timed = [r for r in results if r.timing and r.outcome in (Outcome.OK, Outcome.ABORTED_SLOW)]
-    near = sorted(
-        (r for r in timed if r.timing and r.timing.median_us <= best * (1 + config.confirm_band)),
-        key=lambda r: r.timing.median_us if r.timing else 0.0,
-    )[: config.confirm_max]
-    chosen = {r.variant_id for r in near}
-    near += [r for r in timed if r.variant_name in anchors and r.variant_id not in chosen]
-    if len(near) < 2:
-        return results
-    log.info("confirming %d near-ties in %d interleaved rounds", len(near), config.confirm_rounds)
-    rounds: dict[str, list[BenchResult]] = {r.variant_id: [] for r in near}
-    for index in range(config.confirm_rounds):
-        shift = index % len(near)
-        for old in near[shift:] + near[:shift]:
-            rounds[old.variant_id].append(remeasure(old))
-    position = {r.variant_id: i for i, r in enumerate(results)}
-    results = list(results)
-    for old in near:
-        timed = [r for r in rounds[old.variant_id] if r.ok and r.timing is not None]
-        if len(timed) < len(rounds[old.variant_id]):  # failed when timed again: say so
-            failed = next(r for r in rounds[old.variant_id] if not r.ok)
-            results[position[old.variant_id]] = replace(
-                failed, provenance={**failed.provenance, "confirm_failed_after_ok": True}
-            )
-            continue
-        timed.sort(key=lambda r: r.timing.median_us if r.timing else 0.0)
-        middle = timed[(len(timed) - 1) // 2]
-        note = {
-            winner.ROUNDS_KEY: [r.timing.median_us for r in rounds[old.variant_id] if r.timing],
-            winner.FIRST_PASS_KEY: old.timing.median_us if old.timing else None,
-        }
-        results[position[old.variant_id]] = replace(
-            middle,
-            compile_seconds=old.compile_seconds,
-            provenance={**old.provenance, **middle.provenance, **note},
-            suspect=middle.suspect,
-        )
-    return results
-
-
 def tune(
     request: TuneRequest,
     backend: Backend,
@@ -276,7 +189,8 @@ def tune(
     should_stop: Callable[[], bool] | None = None,
 ) -> ProblemResult:
     """Tune one problem on the backend's device and return every candidate's result."""
-    if request.objective == "energy" and not backend.measures_energy:
+    capabilities = getattr(backend, "capabilities", Capabilities())  # doubles may lack it
+    if request.objective == "energy" and not capabilities.measures_energy:
         raise InvalidRequestError(
             "objective", f"the {backend.name} backend cannot measure energy; use 'time'"
         )
@@ -289,7 +203,7 @@ def tune(
         reasons = sorted({reason for _, reason in pruned})[:3]
         raise NoVariantsError(f"every variant was pruned for {request.problem.key()}: {reasons}")
     # the vendor's default (a backend discovers it first): timed whole, confirmed side by side
-    # with the near-fastest, and preferred in a tie (tuner.winner rule 2)
+    # with the near-fastest, and preferred in a tie (tuner.winner rule 3)
     vendor_default = (
         space.name(discovered[0], request.dtype, request.layout)
         if discovered and discovered[0] in candidates
@@ -304,10 +218,6 @@ def tune(
     strategy = load_strategy_class(request.strategy)(candidates, seed=request.seed, budget=sample)
     deadline = started + budget.max_seconds if budget.max_seconds else math.inf
     workers = config.compile_workers or os.cpu_count() or 1
-    # getattr: wrappers and test doubles that are not Backend subclasses lack these
-    overlap = bool(getattr(backend, "compile_overlaps_measure", False))
-    # small batches where the strategy learns from each or compiles pipeline with timing
-    batch_size = workers if strategy.adaptive or overlap else max(workers, LARGE_BATCH)
     if observer:
         observer.on_start(total, len(pruned))
     log.info(
@@ -320,8 +230,7 @@ def tune(
 
     runner = BatchRunner(backend, space, request, device)
     # what "clearly slower than the best so far" means to this backend's early stop
-    ci_stop = bool(getattr(backend, "ci_early_stop", False))
-    slower = 1.0 + config.tie_band if ci_stop else config.abort_slower_than
+    slower = 1.0 + config.tie_band if capabilities.ci_early_stop else config.abort_slower_than
     results: list[BenchResult] = []
     best_us: float | None = None
     asked = 0
@@ -331,56 +240,52 @@ def tune(
     def out_of_budget() -> bool:
         return time.monotonic() >= deadline or bool(should_stop and should_stop())
 
-    def next_batch() -> tuple[list[int], list[Variant]]:
+    def ask(size: int) -> list[tuple[int, Variant]]:
         nonlocal asked
-        # the vendor default alone first: it builds in seconds, so a time budget that long
-        # compiles (CUTLASS: ~40 s each) would exhaust still holds what the user calls anyway
-        size = 1 if asked == 0 and vendor_default else batch_size
+        # the vendor default alone first: it builds in seconds, so it is timed whatever the
+        # budget (what the user calls anyway), and first on the CPU
+        size = 1 if asked == 0 and vendor_default else size
         indices = strategy.ask(min(size, total - asked)) if asked < total else []
         asked += len(indices)
-        return indices, runner.render([candidates[i] for i in indices])
+        variants = runner.render([candidates[i] for i in indices])
+        return list(zip(indices, variants, strict=True))
 
-    pool = ThreadPoolExecutor(max_workers=1) if overlap else None
+    if capabilities.compile_overlaps_measure:  # time what is built while the rest compiles
+        remaining = lambda: deadline - time.monotonic()  # noqa: E731
+        feed: StreamFeed | BatchFeed = StreamFeed(
+            ask, runner.build, workers, out_of_budget, remaining
+        )
+    else:  # compiles would disturb the timing: build a batch, then time it
+        size = workers if strategy.adaptive else max(workers, LARGE_BATCH)
+        feed = BatchFeed(ask, runner.build, size, out_of_budget)
     try:
-        batch, variants = next_batch()
-        builds = runner.build(variants) if batch else {}
-        while batch and not out_of_budget():
-            upcoming: Future[dict[str, CompileResult]] | None = None
-            if pool is not None:  # the host compiles the next batch while the device times
-                following = next_batch()
-                if following[0]:
-                    upcoming = pool.submit(runner.build, following[1])
-            for index, variant in zip(batch, variants, strict=True):
-                if out_of_budget():
-                    break
-                # the incumbent and the vendor default are never stopped early: a drifting
-                # moment must not unseat them
-                stop_early = timed and variant.name not in protected
-                abort = best_us * slower if best_us and stop_early else None
-                result = runner.measure(variant, builds[variant.id], abort)
-                if variant.name == vendor_default:
-                    result = replace(
-                        result, provenance={**result.provenance, winner.VENDOR_DEFAULT_KEY: True}
-                    )
-                if (
-                    result.ok
-                    and result.timing
-                    and (best_us is None or result.timing.median_us < best_us)
-                ):
-                    best_us = result.timing.median_us
-                strategy.tell(index, result.timing.median_us if result.timing else None)
-                results.append(result)
-                if observer:
-                    observer.on_result(result, len(results), total)
-            if pool is not None:
-                batch, variants = following if upcoming is not None else ([], [])
-                builds = upcoming.result() if upcoming is not None else {}
-            else:
-                batch, variants = next_batch()
-                builds = runner.build(variants) if batch and not out_of_budget() else {}
+        while not out_of_budget() and (ready := feed.next()) is not None:
+            index, variant, built = ready
+            # the incumbent and the vendor default are never stopped early: a drifting
+            # moment must not unseat them
+            stop_early = timed and variant.name not in protected
+            abort = best_us * slower if best_us and stop_early else None
+            result = runner.measure(variant, built, abort)
+            if variant.name == vendor_default:
+                result = replace(
+                    result, provenance={**result.provenance, winner.VENDOR_DEFAULT_KEY: True}
+                )
+            if (
+                result.ok
+                and result.timing
+                and (best_us is None or result.timing.median_us < best_us)
+            ):
+                best_us = result.timing.median_us
+            strategy.tell(index, result.timing.median_us if result.timing else None)
+            results.append(result)
+            if observer:
+                observer.on_result(result, len(results), total)
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True)
+        feed.close()
+    # the budgeted candidates a spent budget (or a cancel) left unmeasured: the answer says so
+    unmeasured = max(0, total - len(results)) if out_of_budget() else 0
+    if unmeasured:
+        log.info("budget spent with %d of %d candidates unmeasured", unmeasured, total)
 
     # both re-time finished candidates: a spent budget or a cancel skips them (then a suspect
     # contender stays flagged in its provenance)
@@ -388,11 +293,14 @@ def tune(
         results = settle_suspects(results, runner.remeasure, config)
     if not out_of_budget():
         results = confirm_contenders(results, runner.remeasure, config, protected)
+    decision = decide_winner(results, config.tie_band, request.objective, request.incumbents)
     return ProblemResult(
         request=request,
         device=device,
         toolchain=backend.toolchain(space),
         results=results,
-        winner=pick_winner(results, config.tie_band, request.objective),
+        winner=decision.winner,
         seconds=time.monotonic() - started,
+        tie_set=tuple(r.variant_name for r in decision.tie_set),
+        unmeasured=unmeasured,
     )

@@ -16,7 +16,6 @@ __all__ = [
     "load_space",
     "load_backend_class",
     "load_strategy_class",
-    "measures_energy",
 ]
 
 #: the names a request may use (the wire schemas take these Literals; the dicts below map them)
@@ -73,8 +72,3 @@ def load_strategy_class(name: str) -> Any:
             "strategy", f"unknown strategy {name!r}; one of {sorted(STRATEGIES)}"
         )
     return _load(STRATEGIES[name])
-
-
-def measures_energy(backend: str) -> bool:
-    """Whether the backend stores joules per launch (the ``energy`` objective needs it)."""
-    return bool(getattr(load_backend_class(backend), "measures_energy", False))

@@ -92,11 +92,14 @@ class EngineConfig:
     #: ``confirm_max`` of them) are timed again in ``confirm_rounds`` interleaved rounds, so
     #: that near-ties are decided side by side, not minutes apart on a drifting machine
     #: (a shared host drifts by 10-20% over seconds: the band covers that drift, and results
-    #: stopped early as slower count when their partial median is inside it)
-    confirm_rounds: int = 3
+    #: stopped early as slower count when their partial median is inside it). The rounds'
+    #: spread is the tie band of tuner.winner (at least winner.MIN_ROUNDS of them; five give
+    #: Student's t 2.78 on 4 degrees of freedom where three would give 4.30)
+    confirm_rounds: int = 5
     confirm_band: float = 0.15
     confirm_max: int = 6
-    #: relative band inside which two medians are a tie (broken by variant name)
+    #: the narrowest tie band (tuner.winner: the rounds' intervals widen it; without rounds
+    #: it is the whole band inside which two medians are a tie)
     tie_band: float = TIE_BAND
     #: stop timing a candidate early once its median is this many times the best so far
     #: (backends whose early stop tests a confidence interval use the tie band instead)
@@ -238,6 +241,15 @@ class ProblemResult:
     results: list[BenchResult] = field(default_factory=list)
     winner: BenchResult | None = None
     seconds: float = 0.0
+    #: the variant names that cannot be told from the fastest (tuner.winner), winner first
+    tie_set: tuple[str, ...] = ()
+    #: budgeted candidates the budget (time, or a cancel) left unmeasured
+    unmeasured: int = 0
+
+    @property
+    def complete(self) -> bool:
+        """True when every budgeted candidate was measured."""
+        return self.unmeasured == 0
 
 
 #: the C ABI every built artifact exports (tunehub_can_run, tunehub_workspace_bytes, tunehub_run,

@@ -1,25 +1,42 @@
 """The one winner rule, used by the engine (over BenchResults) and the store (over rows).
 
+A *contender* is a verified result the job timed again in its interleaved confirmation
+rounds (``tuner.engine.confirm_contenders``: round r times every contender once, back to
+back, in a rotated order); its round medians are kept in provenance under
+:data:`ROUNDS_KEY`, in round order, so round r of two contenders was taken in the same window.
+
 1. Only verified measurements (outcome ``ok`` with a median) can win.
-2. The fastest median leads; every median within ``TIE_BAND`` of it ties with it, and a tie
-   goes to the vendor's default (the algorithm the vendor library's heuristic names first,
-   marked in provenance under :data:`VENDOR_DEFAULT_KEY`): what the user would call anyway is
-   kept unless something is measurably faster. Then the variant name breaks it (a caller may
-   add an id to the key), so re-tuning a space does not flip winners on noise.
-3. ``suspect`` (measured under interference) does not change the ranking: interference only
+2. The tie set. With confirmation rounds (at least :data:`MIN_ROUNDS` for a contender), the
+   *fastest* is the contender with the lowest median (the middle of its rounds). For each
+   contender the ratio of its time to the fastest's is taken round by round: paired, so
+   the drift of a window (clocks, power cap, other tenants) divides out. Over the rounds
+   the log ratios give a :data:`CONFIDENCE` interval (Student t; :func:`ratio_interval`).
+   A contender whose interval reaches down to ``1 + TIE_BAND`` cannot be told from the
+   fastest: it is in the tie set. The band is thus what was measured (noisy rounds widen
+   it), never narrower than ``TIE_BAND``: a difference that small is not worth a change
+   of kernel. The first-pass median is not used: the contenders were chosen by it, so
+   the fastest of many first passes is biased low (the winner's curse). Results without
+   rounds were not contenders (their first pass was beyond the confirm band) and do not
+   win while any contender is left. Without rounds (one candidate, confirmation off, a
+   budget spent before the rounds), the medians decide: every median within ``TIE_BAND``
+   of the fastest is in the tie set.
+3. Within the tie set a fixed order picks the winner: the vendor's default (the algorithm
+   the vendor library's heuristic names first, marked under :data:`VENDOR_DEFAULT_KEY`:
+   what the user would call anyway), then an incumbent (a stored winner), then the
+   variant name (a caller may add an id to the key). So re-tuning does not flip winners on
+   noise, and the answer carries its tie set: the variants it cannot be told apart from.
+4. ``suspect`` (measured under interference) does not change the ranking: interference only
    slows a measurement down, so a suspect median is an upper bound of the true one. Instead
    the engine re-measures every suspect candidate that could win or tie once the device is
    quiet (:func:`needs_remeasure`), so the rule never silently trusts or drops one.
-4. A stored winner (the incumbent) is replaced only by a candidate more than ``TIE_BAND``
-   faster (:func:`replaces_incumbent`); otherwise the incumbent is kept and the job says so.
-   When the new job measured the incumbent too, that measurement is the one compared
-   (:func:`incumbent_reference`): two medians taken side by side, not minutes apart on a
-   machine whose speed drifts. When the job timed both again in interleaved confirmation
-   rounds (:func:`rounds_of`: the first pass and the rounds under :data:`ROUNDS_KEY`), the
-   candidate must be faster beyond the band with confidence: its slowest median more than
-   ``TIE_BAND`` below the incumbent's fastest (:func:`confidently_faster`), so noise cannot
-   flip winners; the band grows by the share of a core the incumbent's runs lost to another
-   process (interference only slows a run down, the incumbent's as much as any).
+5. A stored winner (the incumbent) is replaced only by a challenger faster with confidence
+   (:func:`replaces_incumbent`). When the job timed both in the same confirmation rounds,
+   the incumbent's ratio interval to the challenger must lie wholly above ``1 + band``
+   (:func:`confidently_faster`), ``band`` being ``TIE_BAND`` grown by the share of a core
+   the incumbent's runs lost to another process (interference only slows a run down).
+   Otherwise their medians decide: the challenger must be more than ``TIE_BAND`` faster,
+   against the incumbent as the same job measured it when it did
+   (:func:`incumbent_reference`), else as stored.
 
 The functions take key functions, so the engine and the store apply the same code to their
 own types.
@@ -27,43 +44,59 @@ own types.
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
 
 __all__ = [
     "TIE_BAND",
+    "MIN_ROUNDS",
+    "CONFIDENCE",
+    "ROUNDS_KEY",
+    "FIRST_PASS_KEY",
+    "VENDOR_DEFAULT_KEY",
+    "CPU_SHARE_KEY",
+    "Decision",
+    "decide",
     "pick",
+    "ratio_interval",
     "needs_remeasure",
     "replaces_incumbent",
+    "confidently_faster",
     "incumbent_reference",
     "tied_with",
-    "confidently_faster",
-    "ROUNDS_KEY",
-    "VENDOR_DEFAULT_KEY",
     "is_vendor_default",
-    "FIRST_PASS_KEY",
-    "CPU_SHARE_KEY",
     "rounds_of",
     "cpu_share_of",
-    "MIN_ROUNDS",
 ]
 
-#: relative band inside which two medians are the same speed
+#: the narrowest tie band: two speeds closer than this are the same speed, however sure the
+#: rounds are; also the whole band where there are no rounds to measure one from
 TIE_BAND = 0.02
+#: confirmation rounds a contender needs before its interval is taken (fewer: medians decide)
+MIN_ROUNDS = 3
+#: two-sided confidence of the ratio intervals
+CONFIDENCE = 0.95
 #: provenance key of a result's medians in the interleaved confirmation rounds of its job
 ROUNDS_KEY = "confirm_medians_us"
 #: provenance key of its median in the job's first pass, before the confirmation rounds
 FIRST_PASS_KEY = "first_pass_median_us"
 #: provenance key of the share of a core the timed process got (CPU backend; absent: unknown)
 CPU_SHARE_KEY = "cpu_share"
-#: rounds each side needs before the confident rule applies (fewer: medians are compared)
-MIN_ROUNDS = 2
+#: provenance key marking the vendor's default algorithm (its heuristic's first answer)
+VENDOR_DEFAULT_KEY = "vendor_default"
+
+#: Student t, two-sided 95%, by degrees of freedom (above 10: 1.96 + 2.4 / df, within 0.3%)
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
+_T95 |= {9: 2.262, 10: 2.228}
 
 T = TypeVar("T")
 
 
-#: provenance key marking the vendor's default algorithm (its heuristic's first answer)
-VENDOR_DEFAULT_KEY = "vendor_default"
+def _t95(df: int) -> float:
+    return _T95.get(df, 1.96 + 2.4 / df)
 
 
 def is_vendor_default(provenance: Any) -> bool:
@@ -71,9 +104,87 @@ def is_vendor_default(provenance: Any) -> bool:
     return isinstance(provenance, dict) and provenance.get(VENDOR_DEFAULT_KEY) is True
 
 
+def cpu_share_of(provenance: Any) -> float | None:
+    """The core share a result's provenance records (None when it records none)."""
+    share = provenance.get(CPU_SHARE_KEY) if isinstance(provenance, dict) else None
+    return float(share) if isinstance(share, int | float) else None
+
+
+def rounds_of(provenance: Any) -> list[float]:
+    """The medians of a result in its job's confirmation rounds, in round order ([] when it
+    was not a contender). The first pass is not one of them (rule 2)."""
+    rounds = provenance.get(ROUNDS_KEY) if isinstance(provenance, dict) else None
+    if not isinstance(rounds, list):
+        return []
+    return [float(r) for r in rounds if isinstance(r, int | float) and r > 0]
+
+
 def tied_with(best_us: float, median_us: float, tie_band: float = TIE_BAND) -> bool:
-    """True when ``median_us`` is inside the tie band above ``best_us``."""
+    """True when ``median_us`` is inside the tie band above ``best_us`` (medians only)."""
     return median_us <= best_us * (1.0 + tie_band)
+
+
+def ratio_interval(
+    rounds: Sequence[float], reference: Sequence[float]
+) -> tuple[float, float] | None:
+    """The :data:`CONFIDENCE` interval (low, high) of the time ratio ``rounds / reference``,
+    from medians taken in the same rounds (paired by position): the mean of the log ratios
+    plus and minus Student's t times their standard error. None with fewer than
+    :data:`MIN_ROUNDS` pairs."""
+    pairs = [(a, b) for a, b in zip(rounds, reference, strict=False) if a > 0 and b > 0]
+    if len(pairs) < MIN_ROUNDS:
+        return None
+    logs = [math.log(a / b) for a, b in pairs]
+    mean = statistics.fmean(logs)
+    half = _t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean - half), math.exp(mean + half)
+
+
+@dataclass(frozen=True)
+class Decision(Generic[T]):
+    """What the rule decided over a set of measurements."""
+
+    #: the winner (None when nothing is verified)
+    winner: T | None
+    #: every item that cannot be told from the fastest, in the rule's order (winner first)
+    tie_set: tuple[T, ...]
+    #: the fastest item (the winner unless the order in the tie set preferred another)
+    fastest: T | None
+    #: "rounds": decided by the confirmation rounds' intervals; "medians": by the tie band
+    method: Literal["rounds", "medians", "none"]
+
+
+def decide(
+    items: Sequence[T],
+    *,
+    median: Callable[[T], float | None],
+    name: Callable[[T], Any],
+    ok: Callable[[T], bool],
+    rounds: Callable[[T], Sequence[float]] = lambda _: (),
+    vendor_default: Callable[[T], bool] = lambda _: False,
+    incumbent: Callable[[T], bool] = lambda _: False,
+    tie_band: float = TIE_BAND,
+) -> Decision[T]:
+    """The winner of ``items`` and its tie set, by the rule above."""
+    verified = [(m, item) for item in items if ok(item) and (m := median(item)) is not None]
+    if not verified:
+        return Decision(None, (), None, "none")
+    measured = {id(item): list(rounds(item)) for _, item in verified}
+    contenders = [(m, item) for m, item in verified if len(measured[id(item)]) >= MIN_ROUNDS]
+    order = lambda item: (not vendor_default(item), not incumbent(item), name(item))  # noqa: E731
+    if contenders:
+        _, fastest = min(contenders, key=lambda pair: (pair[0], name(pair[1])))
+        reference = measured[id(fastest)]
+        tied = []
+        for _, item in contenders:
+            interval = ratio_interval(measured[id(item)], reference)
+            if item is fastest or (interval is not None and interval[0] <= 1.0 + tie_band):
+                tied.append(item)
+        ranked = tuple(sorted(tied, key=order))
+        return Decision(ranked[0], ranked, fastest, "rounds")
+    best, fastest = min(verified, key=lambda pair: (pair[0], name(pair[1])))
+    ranked = tuple(sorted((i for m, i in verified if tied_with(best, m, tie_band)), key=order))
+    return Decision(ranked[0], ranked, fastest, "medians")
 
 
 def pick(
@@ -85,14 +196,10 @@ def pick(
     tie_band: float = TIE_BAND,
     vendor_default: Callable[[T], bool] = lambda _: False,
 ) -> T | None:
-    """The winner of ``items`` by the rule above, or None when none is verified."""
-    verified = [(m, item) for item in items if ok(item) and (m := median(item)) is not None]
-    if not verified:
-        return None
-    best = min(m for m, _ in verified)
-    tied = [item for m, item in verified if tied_with(best, m, tie_band)]
-    # min keeps the first of equal keys: stable
-    return min(tied, key=lambda item: (not vendor_default(item), name(item)))
+    """The winner of ``items`` by medians alone (no rounds, no incumbent): :func:`decide`."""
+    return decide(
+        items, median=median, name=name, ok=ok, vendor_default=vendor_default, tie_band=tie_band
+    ).winner
 
 
 def needs_remeasure(
@@ -125,31 +232,14 @@ def confidently_faster(
     incumbent_rounds: Sequence[float],
     tie_band: float = TIE_BAND,
 ) -> bool | None:
-    """Whether the candidate is faster than the incumbent beyond the tie band with confidence,
-    from their medians in the same interleaved rounds: the ranges of the round medians (the
-    order-statistics interval of a median of few rounds) must be separated by more than the
-    band. None when either has fewer than :data:`MIN_ROUNDS` rounds."""
-    if len(candidate_rounds) < MIN_ROUNDS or len(incumbent_rounds) < MIN_ROUNDS:
+    """Whether the candidate is faster than the incumbent beyond ``tie_band`` with
+    confidence: the interval of the incumbent's time over the candidate's, from their
+    medians in the same rounds, lies wholly above ``1 + tie_band``. None when they do not
+    share :data:`MIN_ROUNDS` rounds."""
+    interval = ratio_interval(incumbent_rounds, candidate_rounds)
+    if interval is None:
         return None
-    return max(candidate_rounds) < min(incumbent_rounds) * (1.0 - tie_band)
-
-
-def cpu_share_of(provenance: Any) -> float | None:
-    """The core share a result's provenance records (None when it records none)."""
-    share = provenance.get(CPU_SHARE_KEY) if isinstance(provenance, dict) else None
-    return float(share) if isinstance(share, int | float) else None
-
-
-def rounds_of(provenance: Any) -> list[float]:
-    """The medians of a confirmed result in its job: the first pass and every confirmation
-    round ([] when it was not confirmed). Four medians a side make a chance separation of two
-    true ties rare (1 in 70 when all orders are equally likely, against 1 in 20 with three)."""
-    rounds = provenance.get(ROUNDS_KEY) if isinstance(provenance, dict) else None
-    if not isinstance(rounds, list):
-        return []
-    first = provenance.get(FIRST_PASS_KEY)
-    every = [first, *rounds] if isinstance(first, int | float) else rounds
-    return [float(r) for r in every if isinstance(r, int | float)]
+    return interval[0] > 1.0 + tie_band
 
 
 def replaces_incumbent(
@@ -161,11 +251,11 @@ def replaces_incumbent(
     candidate_rounds: Sequence[float] = (),
     incumbent_cpu_share: float | None = None,
 ) -> bool:
-    """True when the candidate is more than the tie band faster than the stored winner: by
-    :func:`confidently_faster` when both were timed in the same confirmation rounds, else by
-    their medians. An incumbent timed with less than a whole core (``incumbent_cpu_share``)
-    may have been slowed by up to the share it lost: the band grows by that share, so
-    interference on the incumbent's runs cannot unseat it."""
+    """True when the candidate replaces the stored winner (rule 5): faster with confidence
+    by :func:`confidently_faster` when both were timed in the same confirmation rounds, else
+    more than the tie band faster by their medians. An incumbent timed with less than a
+    whole core (``incumbent_cpu_share``) may have been slowed by up to the share it lost:
+    the band grows by that share, so interference on its runs cannot unseat it."""
     if incumbent_us is None:
         return True
     lost = 1.0 - incumbent_cpu_share if incumbent_cpu_share is not None else 0.0
@@ -173,7 +263,7 @@ def replaces_incumbent(
     confident = confidently_faster(candidate_rounds, incumbent_rounds, band)
     if confident is not None:
         return confident
-    return candidate_us < incumbent_us * (1.0 - tie_band)
+    return candidate_us < incumbent_us * (1.0 - band)
 
 
 def incumbent_reference(

@@ -28,7 +28,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from service.agent.artifacts import share_artifacts
-from service.agent.wire import device_in, measurement_in, request_from_task, toolchain_report
+from service.agent.wire import (
+    device_in,
+    host_in,
+    measurement_in,
+    request_from_task,
+    toolchain_report,
+)
 from service.client import ClientError, ConnectionFailed, LeaseLost, TunehubClient
 from service.schemas.common import MAX_LOG_CHARS, DeviceIn, DeviceReport
 from service.schemas.worker import (
@@ -44,6 +50,7 @@ from service.schemas.worker import (
 from tuner.backends.base import Backend
 from tuner.engine import tune
 from tuner.errors import ToolchainError, TunerError
+from tuner.host import HostInfo, host_identity
 from tuner.registry import load_backend_class, load_space
 from tuner.types import BenchResult, DeviceInfo, EngineConfig, ProblemResult
 
@@ -79,8 +86,9 @@ class _TaskState:
         return self.cancelled or self.lost
 
 
-#: the fields of an upload that a re-measurement changes
-_TIMING = {"outcome", "median_us", "p20_us", "p80_us", "min_us", "reps", "suspect"}
+#: the fields of an upload that a re-measurement changes (provenance: the confirmation
+#: rounds the store's winner rule reads)
+_TIMING = {"outcome", "median_us", "p20_us", "p80_us", "min_us", "reps", "suspect", "provenance"}
 
 
 class _UploadingObserver:
@@ -136,7 +144,9 @@ class _UploadingObserver:
                 if final.model_dump(include=_TIMING) != first.model_dump(include=_TIMING):
                     self.state.pending.append(final.model_copy(update={"retimed": True}))
 
-    def flush(self, final: bool, error: str | None = None) -> ResultsOut | None:
+    def flush(
+        self, final: bool, error: str | None = None, unmeasured: int = 0
+    ) -> ResultsOut | None:
         with self.state.lock:
             batch, self.state.pending = self.state.pending, []
         if not batch and not final:
@@ -150,6 +160,7 @@ class _UploadingObserver:
                     measurements=batch,
                     final=final,
                     error=error,
+                    unmeasured=unmeasured,
                 ),
             )
         except LeaseLost:
@@ -176,6 +187,7 @@ class WorkerAgent:
         upload_interval_s: float = 5.0,
         backend_factory: BackendFactory = _default_backend_factory,
         upload_artifacts: bool = True,
+        host: HostInfo | None = None,
     ) -> None:
         self.client = client
         self.engine_config = engine_config
@@ -195,6 +207,7 @@ class WorkerAgent:
         #: lease only for this one of the worker's devices (a slot of a multi-GPU worker)
         self.lease_device: DeviceIn | None = None
         self.tasks_done = 0
+        self.host = host  # tuner.host's identity, sent at registration (found if None)
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -219,7 +232,10 @@ class WorkerAgent:
         """Open the backends, then POST /v1/workers with their devices; returns the id."""
         self._open_backends()
         devices = [device_in(d) for d in self._devices.values()]
-        registered = self.client.register_worker(WorkerRegister(name=self.name, devices=devices))
+        self.host = self.host or host_identity(list(self._devices.values()))
+        registered = self.client.register_worker(
+            WorkerRegister(name=self.name, devices=devices, host=host_in(self.host))
+        )
         self.worker_id = registered.id
         log.info(
             "worker %s registered as %s with %s",
@@ -317,7 +333,7 @@ class WorkerAgent:
                 log.warning("lease %s lost; abandoning task %s", lease_id, task.task_id)
                 return
             observer.queue_retimed(result.results)
-            reply = observer.flush(final=True)
+            reply = observer.flush(final=True, unmeasured=result.unmeasured)
             if reply is not None:
                 finished = (backend, result, reply)
             winner = result.winner.variant_name if result.winner else "none verified"

@@ -12,7 +12,7 @@ cores. The slots register as ONE worker and each leases for its own device key, 
 never takes a task its card cannot run. Compiles are shared: every slot builds through one
 :class:`BuildCoordinator`, which holds a lock per variant id, so two slots asking for the same
 variant at once compile it once (the other waits and reads the compile cache); the slot's
-backend wrapper is in :mod:`service.agent.slot_backend`.
+backend wrapper is in :mod:`tuner.backends.slot`.
 
 A slot is isolated from the others: a task that fails is reported by its slot, which goes
 on; a slot whose loop dies is restarted after a pause; a slot whose device cannot be opened
@@ -32,14 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from service.agent.agent import BackendFactory, WorkerAgent
-from service.agent.slot_backend import (
-    BuildCoordinator,
-    SlotBackend,
-    SlotBackendFactory,
-    SlotSpec,
-    default_slot_backend,
-)
-from service.agent.wire import device_in
+from service.agent.wire import device_in, host_in
 from service.client import TunehubClient
 from service.schemas.worker import LeaseOut, WorkerRegister
 from tuner.backends.cuda_devices import (
@@ -48,7 +41,15 @@ from tuner.backends.cuda_devices import (
     choose_devices,
     discover_cuda_devices,
 )
+from tuner.backends.slot import (
+    BuildCoordinator,
+    SlotBackend,
+    SlotBackendFactory,
+    SlotSpec,
+    default_slot_backend,
+)
 from tuner.errors import InvalidRequestError, ToolchainError, TunerError
+from tuner.host import HostInfo, host_identity
 from tuner.types import DeviceInfo, EngineConfig
 
 __all__ = [
@@ -199,6 +200,7 @@ class SlotPool:
         *,
         slot_backend_factory: SlotBackendFactory = default_slot_backend,
         restart_pause_s: float = _RESTART_PAUSE_S,
+        host: HostInfo | None = None,
         **agent_options: object,
     ) -> None:
         if not slots:
@@ -206,8 +208,10 @@ class SlotPool:
         self.client_factory = client_factory
         self.engine_config = engine_config
         self.slot_backend_factory = slot_backend_factory
-        self.builds = BuildCoordinator()
+        self.builds = BuildCoordinator(engine_config.compile_workers or None)
         self.restart_pause_s = restart_pause_s
+        #: the host's identity (tuner.host), sent at registration; found when first needed
+        self.host = host
         backends = "+".join(dict.fromkeys(s.backend for s in slots))
         self.name = name or f"{platform.node() or 'worker'}-{backends}"
         if any(s.backend == "cuda" for s in slots):
@@ -257,8 +261,10 @@ class SlotPool:
                 device = device_in(agent.device_info())
                 if device not in devices:
                     devices.append(device)
+            if self.host is None:
+                self.host = host_identity([agent.device_info() for agent in self.agents])
             registered = self.agents[0].client.register_worker(
-                WorkerRegister(name=self.name, devices=devices)
+                WorkerRegister(name=self.name, devices=devices, host=host_in(self.host))
             )
             self.worker_id = registered.id
             for agent in self.agents:

@@ -13,17 +13,30 @@ from typing import Any
 
 from service.schemas.artifacts import VariantBuildIn
 from service.schemas.common import MAX_LOG_CHARS, DeviceIn
-from service.schemas.worker import LeaseTask, MeasurementIn, ToolchainReport
+from service.schemas.worker import HostIdentity, LeaseTask, MeasurementIn, ToolchainReport
+from tuner.host import HostInfo
 from tuner.problems import problem_from_dict
 from tuner.types import BenchResult, Budget, BuildRecord, DeviceInfo, Toolchain, TuneRequest
 
-__all__ = ["device_in", "toolchain_report", "measurement_in", "request_from_task", "build_in"]
+__all__ = [
+    "device_in",
+    "host_in",
+    "toolchain_report",
+    "measurement_in",
+    "request_from_task",
+    "build_in",
+]
 
 
 def device_in(device: DeviceInfo) -> DeviceIn:
     """The engine's device as the API's: every field the model names, read off the dataclass."""
     fields = dataclasses.asdict(device)
     return DeviceIn.model_validate({name: fields[name] for name in DeviceIn.model_fields})
+
+
+def host_in(host: HostInfo) -> HostIdentity:
+    """The engine's host identity as the registration's."""
+    return HostIdentity(fingerprint=host.fingerprint, device_uids=list(host.device_uids))
 
 
 def toolchain_report(toolchain: Toolchain) -> ToolchainReport:

@@ -182,10 +182,18 @@ def winner_line(problem: ProblemStatus) -> str:
     where = _problem_text(problem.problem)
     winner = problem.winner
     if winner:
+        ties = [name for name in winner.tie_set if name != winner.variant_name]
         return (
             f"winner for {where}: [bold green]{escape(winner.variant_name)}[/bold green] "
             f"{format_us(winner.median_us)} us, "
             f"{format_throughput(winner.throughput, winner.throughput_unit)}"
+            + (f"; {len(ties)} more tied (`best` names them)" if ties else "")
+            + (
+                ""
+                if winner.complete
+                else f"; [yellow]incomplete[/yellow]: {winner.unmeasured} budgeted candidates "
+                "not measured"
+            )
         )
     why = f"[red]{escape(problem.error)}[/red]" if problem.error else "no verified candidate"
     return f"no winner for {where}: {why}"
@@ -253,7 +261,20 @@ def best_answer_lines(answer: BestConfigOut) -> list[str]:
         f"  device      {escape(device or '?')}",
         f"  toolchain   {escape(toolchain)}",
         "  confirmed   "
-        + ("yes: re-measured by a second worker" if answer.confirmed else "no (one worker)"),
+        + ("yes: re-measured on another host" if answer.confirmed else "no (one host)"),
+        *(
+            [f"  ties        {escape(', '.join(answer.tie_set))} (as fast, within the noise)"]
+            if len(answer.tie_set) > 1
+            else []
+        ),
+        *(
+            []
+            if answer.complete
+            else [
+                f"  complete    [yellow]no[/yellow]: {answer.unmeasured} budgeted candidates "
+                "not measured yet (a later job measures them)"
+            ]
+        ),
         "  artifact    "
         + (
             f"{answer.artifact.url} ({answer.artifact.size} bytes, {answer.artifact.abi})"

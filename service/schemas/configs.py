@@ -63,9 +63,17 @@ class BestConfigOut(ResponseModel):
     device: DeviceOut
     toolchain: ToolchainOut
     measured_at: datetime
-    #: a second worker (another token, same device key) re-measured the winner within the
-    #: tie band (job ``confirm: 2``); false until then
+    #: another host (another machine and physical device, same device key) re-measured the
+    #: winner within the tie band (job ``confirm: 2``); false until then
     confirmed: bool = False
+    #: the variants the deciding job could not tell from its fastest (tuner.winner: the
+    #: confirmation rounds' confidence intervals), the winner first; any of them is as fast
+    tie_set: list[str] = []
+    #: false while the budget of every job of this key left budgeted candidates unmeasured
+    #: (``unmeasured`` of them, in the most complete job); a later job that measures them
+    #: all makes the answer complete
+    complete: bool = True
+    unmeasured: int = 0
     #: the objective this answer minimises
     objective: str = "time"
     energy_j: float | None = None

@@ -54,8 +54,9 @@ class JobCreate(RequestModel):
     budget: BudgetIn = Field(default_factory=BudgetIn)
     objective: Objective = "time"
     seed: JsonInt = Field(default=0, ge=0, le=2**31 - 1)
-    #: 2: each winner is served as confirmed only once a second worker (another token, same
-    #: device key) re-measured it within the tie band; None: the server's TUNEHUB_CONFIRM
+    #: 2: each winner is served as confirmed only once another host (another machine and
+    #: physical device, same device key) re-measured it within the tie band; None: the
+    #: server's TUNEHUB_CONFIRM
     confirm: Annotated[int, Strict(), Field(ge=1, le=2), INTEGRAL] | None = None
 
     @field_validator("layout")
@@ -87,6 +88,11 @@ class WinnerSummary(ResponseModel):
     median_us: float | None
     throughput: float | None = None
     throughput_unit: str = ""
+    #: the variants its task could not tell from the fastest (tuner.winner), the winner first
+    tie_set: list[str] = []
+    #: false when the task's budget left budgeted candidates unmeasured (``unmeasured``)
+    complete: bool = True
+    unmeasured: int = 0
 
 
 class ProblemStatus(ResponseModel):

@@ -14,6 +14,7 @@ from service.schemas.common import (
     COMPLETE_DEVICE_SCHEMA,
     COMPLETE_TOOLCHAIN_SCHEMA,
     INTEGRAL,
+    MAX_BUDGET_VARIANTS,
     MAX_LOG_CHARS,
     Backend,
     BudgetOut,
@@ -39,6 +40,7 @@ __all__ = [
     "Outcome",
     "MAX_MEASUREMENTS_PER_UPLOAD",
     "MEDIAN_WHEN_OK",
+    "HostIdentity",
     "WorkerRegister",
     "WorkerOut",
     "LeaseRequest",
@@ -61,15 +63,31 @@ MEDIAN_WHEN_OK: dict[str, Any] = {
 }
 
 
+class HostIdentity(RequestModel):
+    """Which machine and which physical devices a worker measures on (tuner.host): hashed,
+    so no machine id or serial number leaves the host. A confirmation (job ``confirm: 2``)
+    counts only from a worker of another host whose devices are not this one's."""
+
+    #: sha256 hex of the machine id (/etc/machine-id or its stand-in)
+    fingerprint: SafeStr = Field(min_length=16, max_length=64, pattern="^[0-9a-f]+$")
+    #: hashed ids of the physical devices: GPU UUIDs (or host + PCI bus id); CPU: host + model
+    device_uids: list[Annotated[SafeStr, Field(min_length=1, max_length=100)]] = Field(
+        default_factory=list, max_length=64
+    )
+
+
 class WorkerRegister(RequestModel):
     name: SafeStr = Field(min_length=1, max_length=200)
     devices: list[DeviceIn] = Field(min_length=1, max_length=64)
+    #: the host identity; left out (an older agent), the worker's measurements never confirm
+    host: HostIdentity | None = None
 
 
 class WorkerOut(ResponseModel):
     id: str
     name: str
     devices: list[DeviceOut]
+    host_fingerprint: str | None = None
 
 
 class LeaseRequest(RequestModel):
@@ -188,6 +206,8 @@ class ResultsIn(RequestModel):
     )
     final: bool = False
     error: SafeStr | None = Field(default=None, max_length=MAX_LOG_CHARS)
+    #: with ``final``: budgeted candidates the task's budget left unmeasured (0: complete)
+    unmeasured: JsonInt = Field(default=0, ge=0, le=MAX_BUDGET_VARIANTS)
 
     @model_validator(mode="after")
     def _complete_keys(self) -> ResultsIn:

@@ -1,49 +1,77 @@
-"""Optional confirmation of winners by a second worker.
+"""Who may confirm a winner: the one module that says so.
 
-A best config is ``confirmed`` once a worker registered with another token than the one that
-measured the winner re-measured the same variant (by name) for the same key (problem, device
-key, toolchain) with a verified median inside the tie band of the winner's. A job submitted
-with ``confirm: 2`` (or every job, with ``TUNEHUB_CONFIRM=2``) asks for that: when one of its
-tasks finishes with a winner, a re-measuring task of the same problem is queued that only a
-worker of another token holding the winner's device may lease.
+A best config is ``confirmed`` once a worker *independent* of the one that measured the
+winner re-measured the same variant (by name) for the same key (problem, device key,
+toolchain) with a verified median inside the tie band of the winner's
+(:func:`tuner.winner.tied_with`: two hosts share no rounds, so their medians are compared).
 
-The rule is recomputed from the stored measurements whenever a final upload or an import
-touches the key, so it does not depend on the order in which the two workers finish.
+Independent (:func:`independent`) means another machine and other physical devices, not
+merely another token: both workers registered a host identity (``WorkerRegister.host``,
+made by :mod:`tuner.host`), their host fingerprints differ, and no physical device id of
+one is among the other's. A restarted ``tunehub serve`` mints a new local-worker token on
+the same machine; it is not a second opinion. A worker without a host identity (an agent
+too old to send one) neither confirms nor is confirmed by anyone. The same device measuring
+again is a re-measure: stored, shown with the job, never a confirmation.
+
+A job submitted with ``confirm: 2`` (or every job, with ``TUNEHUB_CONFIRM=2``) asks for that:
+when one of its tasks finishes with a winner, a re-measuring task of the same problem is
+queued that only an independent worker holding the winner's device key may lease
+(:func:`lease_clause`, used by ``service.store.queue.claim_task``).
+
+``confirmed`` is recomputed from the stored measurements whenever a final upload or an
+import touches the key, so it does not depend on the order in which the two workers finish.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from collections.abc import Sequence
 
+from sqlalchemy import ColumnElement, and_, false, or_, select
+from sqlalchemy.orm import Session, aliased
+
+from service.schemas.common import DeviceFields
 from service.store.keys import same_best_key
-from service.store.models import BestConfig, Job, Measurement, Task, Variant, Worker
+from service.store.models import (
+    BestConfig,
+    Device,
+    Job,
+    Measurement,
+    Task,
+    Variant,
+    Worker,
+    WorkerDevice,
+)
+from tuner import winner as winner_rule
 
-__all__ = ["within_band", "refresh_confirmed", "refresh_key", "queue_confirmation"]
-
-
-def within_band(a: float, b: float, tie_band: float) -> bool:
-    """Whether two medians are the same speed (the slower within ``tie_band`` of the faster)."""
-    low, high = min(a, b), max(a, b)
-    return low > 0 and high <= low * (1.0 + tie_band)
-
-
-def _token_of(session: Session, worker_id: str | None) -> int | None:
-    if worker_id is None:
-        return None
-    return session.scalar(select(Worker.token_id).where(Worker.id == worker_id))
+__all__ = ["independent", "refresh_confirmed", "refresh_key", "queue_confirmation", "lease_clause"]
 
 
-def refresh_confirmed(session: Session, best: BestConfig, tie_band: float) -> bool:
+def independent(measured_by: Worker | None, other: Worker | None) -> bool:
+    """Whether ``other`` may confirm what ``measured_by`` measured: both have a host identity,
+    their hosts differ and they share no physical device."""
+    if measured_by is None or other is None:
+        return False
+    if not measured_by.host_fingerprint or not other.host_fingerprint:
+        return False
+    if measured_by.host_fingerprint == other.host_fingerprint:
+        return False
+    return not set(measured_by.device_uids or ()) & set(other.device_uids or ())
+
+
+def _worker(session: Session, worker_id: str | None) -> Worker | None:
+    return session.get(Worker, worker_id) if worker_id is not None else None
+
+
+def refresh_confirmed(session: Session, best: BestConfig) -> bool:
     """Set and return ``best.confirmed`` from the measurements of its key (module doc)."""
     current = session.get(Measurement, best.measurement_id)
     variant = session.get(Variant, current.variant_id) if current is not None else None
-    if current is None or variant is None or current.median_us is None:
+    owner = _worker(session, current.worker_id) if current is not None else None
+    if current is None or variant is None or current.median_us is None or owner is None:
         best.confirmed = False
         return False
-    owner = _token_of(session, current.worker_id)
-    query = (
-        select(Measurement.median_us)
+    rows = session.execute(
+        select(Measurement.median_us, Worker)
         .join(Variant, Variant.id == Measurement.variant_id)
         .join(Worker, Worker.id == Measurement.worker_id)
         .where(
@@ -51,21 +79,21 @@ def refresh_confirmed(session: Session, best: BestConfig, tie_band: float) -> bo
             Measurement.outcome == "ok",
             Measurement.id != current.id,
             Variant.name == variant.name,
-            Worker.token_id.is_not(None),
+            Worker.host_fingerprint.is_not(None),
+            Worker.host_fingerprint != owner.host_fingerprint,
         )
-    )
-    if owner is not None:
-        query = query.where(Worker.token_id != owner)
-    medians = session.scalars(query)
+    ).all()
+    winner_us = current.median_us
     best.confirmed = any(
-        m is not None and within_band(m, current.median_us, tie_band) for m in medians
+        median is not None
+        and independent(owner, worker)
+        and winner_rule.tied_with(min(median, winner_us), max(median, winner_us))
+        for median, worker in rows
     )
     return best.confirmed
 
 
-def refresh_key(
-    session: Session, job: Job, task: Task, device_id: int, toolchain_id: int, tie_band: float
-) -> None:
+def refresh_key(session: Session, job: Job, task: Task, device_id: int, toolchain_id: int) -> None:
     """Refresh ``confirmed`` of the best config of the task's problem on this device and
     toolchain, if there is one (its measurements may have just confirmed it)."""
     best = session.scalars(
@@ -79,7 +107,7 @@ def refresh_key(
         )
     ).first()
     if best is not None:
-        refresh_confirmed(session, best, tie_band)
+        refresh_confirmed(session, best)
 
 
 def queue_confirmation(session: Session, job: Job, task: Task, winner: Measurement) -> Task | None:
@@ -94,8 +122,45 @@ def queue_confirmation(session: Session, job: Job, task: Task, winner: Measureme
         problem_key=task.problem_key,
         confirm_of=task.id,
         confirm_device_id=winner.device_id,
-        confirm_exclude_token_id=_token_of(session, winner.worker_id),
     )
     session.add(confirm)
     session.flush()
     return confirm
+
+
+def _confirmable(session: Session, worker: Worker, job_ids: Sequence[str]) -> list[str]:
+    """The queued re-measuring tasks of these jobs that ``worker`` is independent enough to
+    take: the worker that measured the winner is another host with other devices."""
+    if not worker.host_fingerprint or not job_ids:
+        return []
+    original = aliased(Task)
+    rows = session.execute(
+        select(Task.id, Worker)
+        .join(original, original.id == Task.confirm_of)
+        .join(Measurement, Measurement.id == original.winner_measurement_id)
+        .join(Worker, Worker.id == Measurement.worker_id)
+        .where(Task.job_id.in_(job_ids), Task.status == "queued", Task.confirm_of.is_not(None))
+    ).all()
+    return [task_id for task_id, measured_by in rows if independent(measured_by, worker)]
+
+
+def lease_clause(
+    session: Session, worker: Worker, device: DeviceFields | None, job_ids: Sequence[str]
+) -> ColumnElement[bool]:
+    """Which tasks of ``job_ids`` the worker may lease, as far as confirmation goes: every
+    ordinary task; a re-measuring task (job confirm 2) only when the worker holds the
+    winner's device key (the leasing slot's, when given) and is independent of the worker
+    that measured the winner."""
+    own_devices = select(WorkerDevice.device_id).where(WorkerDevice.worker_id == worker.id)
+    if device is not None:
+        own_devices = own_devices.join(Device, Device.id == WorkerDevice.device_id).where(
+            Device.backend == device.backend,
+            Device.name == device.name,
+            Device.arch == device.arch,
+            Device.sm_count == device.sm_count,
+        )
+    allowed = _confirmable(session, worker, job_ids)
+    return or_(
+        Task.confirm_of.is_(None),
+        and_(Task.confirm_device_id.in_(own_devices), Task.id.in_(allowed)) if allowed else false(),
+    )

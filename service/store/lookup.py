@@ -97,6 +97,8 @@ _COLUMNS = (
     BestConfig.toolchain_id,
     BestConfig.updated_at,
     BestConfig.confirmed,
+    BestConfig.tie_set,
+    BestConfig.unmeasured,
     Variant.id.label("variant_id"),
     Variant.name.label("variant_name"),
     Variant.params,
@@ -250,6 +252,9 @@ def _answer(query: LookupQuery, rows: Sequence[Row[Any]], exact: bool) -> dict[s
         },
         "measured_at": row.measured_at,
         "confirmed": row.confirmed,
+        "tie_set": list(row.tie_set or [row.variant_name]),
+        "complete": row.unmeasured == 0,
+        "unmeasured": row.unmeasured,
         # best configs are kept for the time objective; energy winners stay on their jobs
         "objective": "time",
         "energy_j": row.energy_j,

@@ -129,7 +129,7 @@ class Job(Base):
     budget: Mapped[dict[str, Any]] = mapped_column()
     objective: Mapped[str] = mapped_column(String(16))
     seed: Mapped[int] = mapped_column(BigInteger, default=0)
-    #: 2: each winner is re-measured by a second worker (another token, same device key)
+    #: 2: each winner is re-measured on another host (service.store.confirm), same device key
     confirm: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     status: Mapped[str] = mapped_column(String(16), default="queued")
     error: Mapped[str | None] = mapped_column(Text, default=None)
@@ -157,11 +157,14 @@ class Task(Base):
     #: this task's own winner (the best config may keep an older one inside the tie band)
     #: plain int, no foreign key: tasks and measurements would reference each other
     winner_measurement_id: Mapped[int | None] = mapped_column(Integer, default=None)
-    #: a re-measuring task (job confirm 2): the task whose winner it confirms, the device it
-    #: must run on and the token whose workers may not take it
+    #: a re-measuring task (job confirm 2): the task whose winner it confirms and the device
+    #: it must run on (who may take it: service.store.confirm)
     confirm_of: Mapped[str | None] = mapped_column(String(32), default=None)
     confirm_device_id: Mapped[int | None] = mapped_column(Integer, default=None)
-    confirm_exclude_token_id: Mapped[int | None] = mapped_column(Integer, default=None)
+    #: the variant names its job could not tell from its fastest (tuner.winner), winner first
+    tie_set: Mapped[list[Any] | None] = mapped_column(default=None)
+    #: budgeted candidates its budget left unmeasured (0: complete)
+    unmeasured: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
@@ -175,6 +178,12 @@ class Worker(Base):
     token_id: Mapped[int | None] = mapped_column(
         ForeignKey("api_tokens.id", name="fk_workers_token_id"), default=None, index=True
     )
+    #: the host it runs on (tuner.host: sha256 of the machine id); None: an agent too old to
+    #: say, whose measurements never confirm (service.store.confirm)
+    host_fingerprint: Mapped[str | None] = mapped_column(String(64), default=None)
+    #: the physical devices it measures on (GPU UUIDs or host + PCI bus ids; the CPU: host +
+    #: model), hashed
+    device_uids: Mapped[list[Any] | None] = mapped_column(default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -270,8 +279,13 @@ class BestConfig(Base):
     device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
     toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
     measurement_id: Mapped[int] = mapped_column(ForeignKey("measurements.id"))
-    #: a second worker (another token, same device key) re-measured the winner in the tie band
+    #: another host (another machine and physical device, same device key) re-measured the
+    #: winner in the tie band (service.store.confirm)
     confirmed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    #: the variant names the deciding job could not tell from its fastest, the winner first
+    tie_set: Mapped[list[Any] | None] = mapped_column(default=None)
+    #: budgeted candidates left unmeasured by the most complete job of the key (0: complete)
+    unmeasured: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, exists, or_, select, update
+from sqlalchemy import exists, select, update
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict, InvalidInput, NotFound
 from service.schemas.common import FINISHED_STATUSES, DeviceFields
+from service.store.confirm import lease_clause
 from service.store.keys import selector_matches
 from service.store.models import (
     BestConfig,
@@ -98,12 +99,24 @@ def _wanted(selector: dict[str, Any]) -> str:
 
 
 def waiting_for(session: Session, job: Job, live: Sequence[Device]) -> str | None:
-    """Why a job's queued tasks sit still: no live worker has a device its selector matches.
+    """Why a job's queued tasks sit still: no live worker has a device its selector matches,
+    or only re-measuring tasks are left, which wait for another host (service.store.confirm).
 
     None when the job is finished, has nothing queued, or some live worker can take it."""
     if job.status not in ("queued", "running"):
         return None
     if any(selector_matches(job.device, d.backend, d.name, d.arch) for d in live):
+        queued = list(
+            session.scalars(
+                select(Task.confirm_of).where(Task.job_id == job.id, Task.status == "queued")
+            )
+        )
+        if queued and all(task is not None for task in queued):
+            return (
+                "waiting for another host (another machine and physical device with the same "
+                "device key) to re-measure each winner (confirm 2); the measuring host's own "
+                "workers cannot confirm it"
+            )
         return None
     if not session.scalar(select(exists().where(Task.job_id == job.id, Task.status == "queued"))):
         return None
@@ -185,27 +198,6 @@ def _matching_jobs(
     ]
 
 
-def _may_confirm(worker: Worker, device: DeviceFields | None) -> ColumnElement[bool]:
-    """A re-measuring task (job confirm 2) goes only to a worker of another token than the
-    one that measured the winner, holding the winner's device (the leasing slot's, when
-    given) (service.store.confirm)."""
-    own_devices = select(WorkerDevice.device_id).where(WorkerDevice.worker_id == worker.id)
-    if device is not None:
-        own_devices = own_devices.join(Device, Device.id == WorkerDevice.device_id).where(
-            Device.backend == device.backend,
-            Device.name == device.name,
-            Device.arch == device.arch,
-            Device.sm_count == device.sm_count,
-        )
-    return or_(
-        Task.confirm_of.is_(None),
-        and_(
-            Task.confirm_device_id.in_(own_devices),
-            Task.confirm_exclude_token_id.is_distinct_from(worker.token_id),
-        ),
-    )
-
-
 def claim_task(
     session: Session,
     worker: Worker,
@@ -227,7 +219,11 @@ def claim_task(
     candidates = (
         select(Task)
         .join(Job, Job.id == Task.job_id)
-        .where(Task.job_id.in_(job_ids), Task.status == "queued", _may_confirm(worker, device))
+        .where(
+            Task.job_id.in_(job_ids),
+            Task.status == "queued",
+            lease_clause(session, worker, device, job_ids),
+        )
         .order_by(Job.created_at, Task.job_id, Task.position)
     )
     if _is_postgres(session):

@@ -1,24 +1,22 @@
 """Storing a lease's measurements and upserting the best config, in one transaction.
 
-Winner rule: :mod:`tuner.winner`, the same code the engine runs (only outcome ``ok`` wins,
-ties within its TIE_BAND broken by variant name, a stored best config replaced only by one
-more than TIE_BAND faster, so re-tuning does not flip winners on noise). Import uses it too.
+Who wins and how the best config changes: :mod:`service.store.best` (the rule itself is
+:mod:`tuner.winner`, the code the engine runs). Who may confirm: :mod:`service.store.confirm`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict, InvalidInput
 from service.schemas.worker import MeasurementIn, ResultsIn
+from service.store.best import decide_winner, incumbents_of, upsert_best
 from service.store.confirm import queue_confirmation, refresh_key
 from service.store.keys import (
-    best_key,
     device_row,
     ensure_variants,
     insert_ignore,
@@ -26,7 +24,6 @@ from service.store.keys import (
     toolchain_row,
 )
 from service.store.models import (
-    BestConfig,
     Job,
     Lease,
     Measurement,
@@ -38,87 +35,12 @@ from service.store.models import (
 from service.store.queue import held_task, refresh_job_status
 from service.store.validation import usable_id
 from service.store.views import winner_dict
-from tuner import winner as winner_rule
 from tuner.problems import problem_from_dict
 from tuner.verify import canonical_params, variant_rejection
 
-__all__ = ["pick_winner", "upsert_best", "store_results"]
+__all__ = ["store_results"]
 
 log = logging.getLogger(__name__)
-
-UpsertOutcome = Literal["inserted", "replaced", "kept"]
-
-
-def pick_winner(
-    measurements: Sequence[Measurement], names: dict[str, str], objective: str = "time"
-) -> Measurement | None:
-    """The winning verified measurement by :func:`tuner.winner.pick`, or None. Under objective
-    energy the score is joules per launch, among the measurements that carry one."""
-    return winner_rule.pick(
-        measurements,
-        median=(lambda m: m.energy_j) if objective == "energy" else (lambda m: m.median_us),
-        name=lambda m: (names.get(m.variant_id, ""), m.variant_id, m.id),
-        ok=lambda m: m.outcome == "ok" and m.median_us is not None,
-        vendor_default=lambda m: winner_rule.is_vendor_default(m.provenance),
-    )
-
-
-def replaces_stored(session: Session, current: Measurement | None, candidate: Measurement) -> bool:
-    """Whether ``candidate`` (outcome ok) replaces the stored winner ``current`` by
-    tuner.winner's rule: against the incumbent as the candidate's own task measured it, when it
-    did (its median, its confirmation rounds and CPU share), else as stored."""
-    current_median = current.median_us if current is not None else None
-    again = None  # the incumbent measured again by the candidate's own task, if it was
-    if current is not None and candidate.task_id is not None:
-        again = session.scalars(
-            select(Measurement)
-            .where(
-                Measurement.task_id == candidate.task_id,
-                Measurement.variant_id == current.variant_id,
-                Measurement.device_id == candidate.device_id,
-                Measurement.toolchain_id == candidate.toolchain_id,
-            )
-            .order_by(Measurement.id.desc())
-        ).first()
-    reference = winner_rule.incumbent_reference(
-        current_median,
-        None if again is None else (again.outcome == "ok" and again.median_us is not None),
-        again.median_us if again is not None else None,
-    )
-    assert candidate.median_us is not None
-    # rounds only where the incumbent was timed in the candidate's own job (else medians)
-    return winner_rule.replaces_incumbent(
-        reference,
-        candidate.median_us,
-        incumbent_rounds=winner_rule.rounds_of(again.provenance) if again is not None else (),
-        candidate_rounds=winner_rule.rounds_of(candidate.provenance),
-        incumbent_cpu_share=winner_rule.cpu_share_of(again.provenance) if again else None,
-    )
-
-
-def upsert_best(session: Session, candidate: Measurement) -> UpsertOutcome:
-    """Make ``candidate`` (outcome ok) the best config of its key unless the current one is
-    within TIE_BAND of it or faster: measured by the candidate's own task when it was
-    (tuner.winner.incumbent_reference), else as stored."""
-    key = best_key(candidate)
-    now = utcnow()
-    before = session.scalar(select(BestConfig.id).filter_by(**key))
-    if before is None:
-        row = {**key, "problem": candidate.problem, "measurement_id": candidate.id}
-        insert_ignore(session, BestConfig, [{**row, "created_at": now, "updated_at": now}])
-    query = select(BestConfig).filter_by(**key)
-    if session.get_bind().dialect.name == "postgresql":
-        query = query.with_for_update()
-    best = session.scalars(query.execution_options(populate_existing=True)).one()
-    if best.measurement_id == candidate.id:
-        return "inserted"
-    current = session.get(Measurement, best.measurement_id)
-    if replaces_stored(session, current, candidate):
-        best.measurement_id = candidate.id
-        best.updated_at = now
-        best.confirmed = False  # until a second worker re-measures the new winner
-        return "replaced"
-    return "kept"
 
 
 def _check_device(job: Job, body: ResultsIn) -> None:
@@ -226,7 +148,7 @@ def _replayed_answer(session: Session, task: Task, stored: int) -> dict[str, Any
         measurement = session.get(Measurement, task.winner_measurement_id)
         variant = session.get(Variant, measurement.variant_id) if measurement else None
         if measurement is not None and variant is not None:
-            winner = winner_dict(measurement, variant)
+            winner = winner_dict(measurement, variant, task)
     return {"stored": stored, "winner": winner, "task_status": task.status}
 
 
@@ -364,14 +286,25 @@ def _finish(
             )
         ).all()
     )
-    winner = pick_winner(measurements, names, job.objective)
+    incumbents = incumbents_of(session, job, task, device_id)
+    decision = decide_winner(measurements, names, job.objective, incumbents)
+    winner = decision.winner
+    tie_set = [names.get(m.variant_id, "") for m in decision.tie_set]
+    task.tie_set = tie_set or None
+    task.unmeasured = body.unmeasured if body.final else 0
     # best_configs answer the time objective: an energy winner stays on its task only
     if winner is not None and job.objective == "time":
-        outcome = upsert_best(session, winner)
-        log.info("task %s: winner %s (%s best config)", task.id, names[winner.variant_id], outcome)
+        outcome = upsert_best(session, winner, tie_set, task.unmeasured)
+        log.info(
+            "task %s: winner %s, tie set %s (%s best config)",
+            task.id,
+            names[winner.variant_id],
+            tie_set,
+            outcome,
+        )
         device_id, toolchain_id = winner.device_id, winner.toolchain_id
     if device_id is not None and toolchain_id is not None:
-        refresh_key(session, job, task, device_id, toolchain_id, winner_rule.TIE_BAND)
+        refresh_key(session, job, task, device_id, toolchain_id)
     if task.status != "cancelled":
         if body.error:
             task.status, task.error = "failed", body.error
@@ -390,4 +323,4 @@ def _finish(
         return None
     variant = session.get(Variant, winner.variant_id)
     assert variant is not None
-    return winner_dict(winner, variant)
+    return winner_dict(winner, variant, task)

@@ -6,10 +6,12 @@ verified median wins, and the row already stored stays unless the imported one i
 TIE_BAND (2%) faster (the same rule as re-tuning). Imported measurements are kept as history
 either way. An import is all-or-nothing: any bad line is a 422 and nothing is stored.
 
-``confirmed`` travels with a record (:mod:`service.store.confirm`): an imported record that
-becomes the stored winner is confirmed as the exporting service said (an import is an admin's
-act, like the upload of a second worker); a record that does not win changes nothing. Lines
-written before the field existed import as not confirmed.
+A record's ``tie_set`` and ``unmeasured`` travel with it into the stored best config as
+:func:`service.store.best.upsert_best` merges them (lines without them: the winner alone,
+complete). ``confirmed`` travels with a record (:mod:`service.store.confirm`): an imported
+record that becomes the stored winner is confirmed as the exporting service said (an import
+is an admin's act, like the upload of another host); a record that does not win changes
+nothing. Lines written before the field existed import as not confirmed.
 """
 
 from __future__ import annotations
@@ -17,18 +19,26 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.errors import InvalidInput
-from service.schemas.common import DeviceIn, DType, JsonDict, Op, RequestModel, SafeStr
+from service.schemas.common import (
+    MAX_BUDGET_VARIANTS,
+    DeviceIn,
+    DType,
+    JsonDict,
+    Op,
+    RequestModel,
+    SafeStr,
+)
 from service.schemas.worker import ToolchainIn
+from service.store.best import upsert_best
 from service.store.keys import device_row, ensure_variants, toolchain_row
 from service.store.models import BestConfig, Device, Measurement, Toolchain, Variant
-from service.store.results import upsert_best
 from service.store.validation import check_layout, parse_problem
 from service.store.views import device_dict, toolchain_dict
 
@@ -67,8 +77,14 @@ class ExportRecord(RequestModel):
     toolchain: ToolchainIn
     variant: VariantRecord
     measurement: MeasurementRecord
-    #: the winner was re-measured by a second worker on the exporting service
+    #: the winner was re-measured by another host on the exporting service
     confirmed: bool = False
+    #: the variants the deciding job could not tell from the winner (tuner.winner)
+    tie_set: list[Annotated[SafeStr, Field(max_length=300)]] = Field(
+        default_factory=list, max_length=64
+    )
+    #: budgeted candidates its jobs left unmeasured (0: complete)
+    unmeasured: int = Field(default=0, ge=0, le=MAX_BUDGET_VARIANTS)
 
 
 def export_lines(session: Session) -> Iterator[str]:
@@ -94,6 +110,8 @@ def export_lines(session: Session) -> Iterator[str]:
             "toolchain": toolchain_fields,
             "variant": {"id": variant.id, "name": variant.name, "params": variant.params},
             "confirmed": best.confirmed,
+            "tie_set": list(best.tie_set or []),
+            "unmeasured": best.unmeasured,
             "measurement": {
                 "outcome": m.outcome,
                 "median_us": m.median_us,
@@ -159,7 +177,7 @@ def import_lines(session: Session, text: str) -> dict[str, int]:
         )
         session.add(measurement)
         session.flush()
-        outcome = upsert_best(session, measurement)
+        outcome = upsert_best(session, measurement, record.tie_set, record.unmeasured)
         counts[outcome] += 1
         if outcome != "kept" and record.confirmed:
             best = session.scalars(

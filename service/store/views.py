@@ -51,8 +51,11 @@ def toolchain_dict(toolchain: Toolchain) -> dict[str, Any]:
     }
 
 
-def winner_dict(measurement: Measurement, variant: Variant) -> dict[str, Any]:
-    return {
+def winner_dict(
+    measurement: Measurement, variant: Variant, task: Task | None = None
+) -> dict[str, Any]:
+    """A winner summary; with the task that chose it, its tie set and completeness too."""
+    body: dict[str, Any] = {
         "variant_id": variant.id,
         "variant_name": variant.name,
         "params": variant.params,
@@ -60,6 +63,11 @@ def winner_dict(measurement: Measurement, variant: Variant) -> dict[str, Any]:
         "throughput": measurement.throughput,
         "throughput_unit": measurement.throughput_unit,
     }
+    if task is not None:
+        body["tie_set"] = list(task.tie_set or [variant.name])
+        body["complete"] = task.unmeasured == 0
+        body["unmeasured"] = task.unmeasured
+    return body
 
 
 def measurement_dict(
@@ -124,7 +132,7 @@ def job_dict(session: Session, job: Job, *, with_problems: bool) -> dict[str, An
     }
     if with_problems:
         winner_ids = [task.winner_measurement_id for task in tasks if task.winner_measurement_id]
-        winners: dict[int, dict[str, Any]] = {}
+        winners: dict[int, tuple[Measurement, Variant]] = {}
         kept: dict[int, dict[str, Any]] = {}
         if winner_ids:
             rows = session.execute(
@@ -132,7 +140,7 @@ def job_dict(session: Session, job: Job, *, with_problems: bool) -> dict[str, An
                 .join(Variant, Variant.id == Measurement.variant_id)
                 .where(Measurement.id.in_(winner_ids))
             ).all()
-            winners = {m.id: winner_dict(m, v) for m, v in rows}
+            winners = {m.id: (m, v) for m, v in rows}
             kept = _kept_incumbents(session, [m for m, _ in rows])
         body["problems"] = [
             {
@@ -140,7 +148,11 @@ def job_dict(session: Session, job: Job, *, with_problems: bool) -> dict[str, An
                 "confirm_of": task.confirm_of,
                 "problem": task.problem,
                 "status": task.status,
-                "winner": winners.get(task.winner_measurement_id or -1),
+                "winner": (
+                    winner_dict(*winners[task.winner_measurement_id], task)
+                    if task.winner_measurement_id in winners
+                    else None
+                ),
                 "kept_incumbent": kept.get(task.winner_measurement_id or -1),
                 "error": task.error,
             }
@@ -153,7 +165,7 @@ def _kept_incumbents(
     session: Session, task_winners: list[Measurement]
 ) -> dict[int, dict[str, Any]]:
     """{task winner id: the stored best config it did not replace}, for winners whose key's
-    best config kept an earlier measurement inside the tie band (tuner.winner)."""
+    best config kept another variant (tuner.winner: not beaten with confidence)."""
     kept: dict[int, dict[str, Any]] = {}
     for m in task_winners:
         row = session.execute(
@@ -162,7 +174,7 @@ def _kept_incumbents(
             .join(Variant, Variant.id == Measurement.variant_id)
             .where(*same_best_key(BestConfig, m))
         ).first()
-        if row is not None and row[0].id != m.id:
+        if row is not None and row[0].variant_id != m.variant_id:
             kept[m.id] = winner_dict(row[0], row[1])
     return kept
 

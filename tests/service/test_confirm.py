@@ -1,8 +1,10 @@
-"""Optional confirmation: a winner is served as confirmed only once a worker of another token,
-on the same device key, re-measured it within the tie band."""
+"""Optional confirmation: a winner is served as confirmed only once a worker of another host
+(another machine and physical device, not merely another token), on the same device key,
+re-measured it within the tie band (service.store.confirm)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,17 +20,29 @@ from service.store.tokens import create_token
 QUERY = {"op": "reduce", "dtype": "f32", "m": 1024, "k": 4096, "kind": "sum"}
 
 
-class Host:
-    """One GPU host: its own worker token and a worker registered with it."""
+def host_identity(machine: str, *devices: str) -> dict[str, Any]:
+    """A registration's host identity: a machine (fingerprint) and its physical devices."""
+    fingerprint = hashlib.sha256(machine.encode()).hexdigest()
+    return {"fingerprint": fingerprint, "device_uids": [f"{machine}-{d}" for d in devices]}
 
-    def __init__(self, api: Any, name: str, device: dict[str, Any]) -> None:
+
+class Host:
+    """One host: its own worker token and a worker registered with it, with the host's
+    identity (by default its own machine, named like the host)."""
+
+    def __init__(
+        self, api: Any, name: str, device: dict[str, Any], host: dict[str, Any] | None = None
+    ) -> None:
         with api.harness.sessionmaker() as session:
             token = create_token(session, f"host-{name}", ["worker"])
             session.commit()
         self.api, self.device = api, device
         self.headers = {"Authorization": f"Bearer {token}"}
+        self.host = host or host_identity(name, "cpu0")
         response = api.client.post(
-            "/v1/workers", json={"name": name, "devices": [device]}, headers=self.headers
+            "/v1/workers",
+            json={"name": name, "devices": [device], "host": self.host},
+            headers=self.headers,
         )
         assert response.status_code == 201, response.text
         self.worker_id = response.json()["id"]
@@ -86,7 +100,9 @@ def test_a_second_host_confirms_the_winner_within_the_tie_band(api: Any) -> None
     # the measuring host cannot confirm itself, not even with a second worker of its token
     assert first.lease() is None
     twin = api.client.post(
-        "/v1/workers", json={"name": "a2", "devices": [api.CPU_DEVICE]}, headers=first.headers
+        "/v1/workers",
+        json={"name": "a2", "devices": [api.CPU_DEVICE], "host": first.host},
+        headers=first.headers,
     ).json()["id"]
     first.worker_id = twin
     assert first.lease() is None
@@ -104,7 +120,7 @@ def test_a_second_host_confirms_the_winner_within_the_tie_band(api: Any) -> None
     assert api.get_job(job["id"])["status"] == "done"
     # `tunehub best` says so
     lines = best_answer_lines(BestConfigOut.model_validate(best))
-    assert "  confirmed   yes: re-measured by a second worker" in lines
+    assert "  confirmed   yes: re-measured on another host" in lines
 
 
 def test_a_remeasurement_outside_the_tie_band_does_not_confirm(api: Any) -> None:
@@ -178,9 +194,10 @@ def test_a_slot_of_another_device_does_not_take_the_remeasuring_task(api: Any) -
     other = {**api.CPU_DEVICE, "name": "Other CPU", "sm_count": 4}
     first = Host(api, "a", api.CPU_DEVICE)
     response = api.client.post(
-        "/v1/workers", json={"name": "b", "devices": [other, api.CPU_DEVICE]},
+        "/v1/workers",
+        json={"name": "b", "devices": [other, api.CPU_DEVICE], "host": host_identity("b", "c")},
         headers=_worker_headers(api, "b"),
-    )  # fmt: skip
+    )
     assert response.status_code == 201, response.text
     second_id, second_headers = response.json()["id"], response.request.headers
     api.submit(confirm=2)
@@ -200,3 +217,61 @@ def _worker_headers(api: Any, name: str) -> dict[str, str]:
         token = create_token(session, f"host-{name}", ["worker"])
         session.commit()
     return {"Authorization": f"Bearer {token}"}
+
+
+# -- one machine is one opinion, whatever its tokens ------------------------------------------
+
+
+def test_two_tokens_on_one_machine_do_not_confirm(api: Any) -> None:
+    """Every `tunehub serve` start mints a new local-worker token: the same machine measuring
+    again is a re-measure, stored but never a confirmation."""
+    machine = host_identity("laptop", "cpu0")
+    first = Host(api, "serve-1", api.CPU_DEVICE, host=machine)
+    again = Host(api, "serve-2", api.CPU_DEVICE, host=machine)
+    job = api.submit(confirm=2)
+    first.upload(first.lease(), [api.measurement("x", 5.0)])
+    assert again.lease() is None  # the re-measuring task waits for another host
+    assert "waiting for another host" in (api.get_job(job["id"])["waiting_for"] or "")
+    api.submit()  # a plain re-tune on the same machine
+    again.upload(again.lease(), [api.measurement("x", 5.01)])
+    assert _best(api)["confirmed"] is False
+    measured = api.client.get("/v1/measurements", params={"op": "reduce", "dtype": "f32", **QUERY})
+    assert len([m for m in measured.json()["measurements"] if m["variant_name"] == "x"]) == 2
+    # another machine confirms it
+    other = Host(api, "other", api.CPU_DEVICE)
+    other.upload(other.lease(), [api.measurement("x", 4.98)])
+    assert _best(api)["confirmed"] is True
+    assert api.get_job(job["id"])["status"] == "done"
+
+
+def test_another_machine_sharing_the_physical_device_does_not_confirm(api: Any) -> None:
+    """Two containers of one GPU host: other machine ids, the same card."""
+    first = Host(api, "a", api.CPU_DEVICE, host=host_identity("container-1", "gpu"))
+    shared = host_identity("container-2")
+    shared["device_uids"] = first.host["device_uids"]
+    second = Host(api, "b", api.CPU_DEVICE, host=shared)
+    api.submit(confirm=2)
+    first.upload(first.lease(), [api.measurement("x", 5.0)])
+    assert second.lease() is None
+    api.submit()
+    second.upload(second.lease(), [api.measurement("x", 5.0)])
+    assert _best(api)["confirmed"] is False
+
+
+def test_a_worker_without_a_host_identity_never_confirms(api: Any) -> None:
+    first = Host(api, "a", api.CPU_DEVICE)
+    api.submit(confirm=2)
+    first.upload(first.lease(), [api.measurement("x", 5.0)])
+    old_agent = api.register(api.CPU_DEVICE, name="old-agent")  # no "host" field
+    assert api.lease(old_agent) is None  # it may not take the re-measuring task
+    api.submit()
+    leased = api.lease(old_agent)
+    api.upload(leased["lease_id"], [api.measurement("x", 5.0)])
+    assert _best(api)["confirmed"] is False
+
+
+def test_a_host_identity_is_validated(api: Any) -> None:
+    body = {"name": "w", "devices": [api.CPU_DEVICE], "host": {"fingerprint": "not hex!"}}
+    response = api.client.post("/v1/workers", json=body, headers=api.harness.worker)
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"][:3] == ["body", "host", "fingerprint"]

@@ -18,11 +18,11 @@ from sqlalchemy.orm import Session
 
 from service.errors import NotFound
 from service.store import best_index
+from service.store.best import upsert_best
 from service.store.db import make_engine
 from service.store.keys import device_row, ensure_variants, toolchain_row
 from service.store.lookup import LookupQuery, find_best, find_best_many, log_distance
 from service.store.models import BestConfig, Device, Measurement, Task, Toolchain, utcnow
-from service.store.results import upsert_best
 from tuner.problems import problem_from_dict
 
 REPO = Path(__file__).resolve().parents[2]

@@ -89,7 +89,7 @@ def test_0007_adds_the_artifact_tables_and_its_downgrade_removes_them(
     upgrade(empty_database_url, "0006")
     assert _tables(empty_database_url) == TABLES - {"artifacts", "variant_builds"}
     upgrade(empty_database_url, "0007")
-    assert current_revision(empty_database_url) == "0007" == head_revision()
+    assert current_revision(empty_database_url) == "0007"
     assert _tables(empty_database_url) == TABLES
     engine = make_engine(empty_database_url)
     try:
@@ -107,6 +107,32 @@ def test_0007_adds_the_artifact_tables_and_its_downgrade_removes_them(
     assert _tables(empty_database_url) == TABLES - {"artifacts", "variant_builds"}
     if postgresql:  # the other tables keep their triggers
         assert _pg_triggers(empty_database_url, "best_configs") == ["tunehub_note_change"]
+
+
+def _columns(url: str, table: str) -> set[str]:
+    engine = make_engine(url)
+    try:
+        return {c["name"] for c in inspect(engine).get_columns(table)}
+    finally:
+        engine.dispose()
+
+
+def test_0008_adds_host_identity_tie_sets_and_completeness_and_downgrades(
+    empty_database_url: str,
+) -> None:
+    upgrade(empty_database_url, "0007")
+    assert "confirm_exclude_token_id" in _columns(empty_database_url, "tasks")
+    upgrade(empty_database_url, "0008")
+    assert current_revision(empty_database_url) == "0008" == head_revision()
+    assert {"host_fingerprint", "device_uids"} <= _columns(empty_database_url, "workers")
+    for table in ("tasks", "best_configs"):
+        assert {"tie_set", "unmeasured"} <= _columns(empty_database_url, table)
+    assert "confirm_exclude_token_id" not in _columns(empty_database_url, "tasks")
+    downgrade(empty_database_url, "0007")
+    assert current_revision(empty_database_url) == "0007"
+    assert not {"host_fingerprint", "device_uids"} & _columns(empty_database_url, "workers")
+    assert "confirm_exclude_token_id" in _columns(empty_database_url, "tasks")
+    assert "tie_set" not in _columns(empty_database_url, "best_configs")
 
 
 def test_app_refuses_an_unmigrated_database(empty_database_url: str, tmp_path: Path) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from service.agent.slot_backend import BuildCoordinator, SlotBackend, SlotSpec
 from tuner.backends.cpu import CpuBackend
+from tuner.backends.slot import BuildCoordinator, SlotBackend, SlotSpec
 from tuner.problems import GemmProblem
 from tuner.types import EngineConfig, TuneRequest
 

@@ -35,6 +35,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session
 
 from service.cli.serve import create_token_in_db, free_port
+from service.store.best import pick_winner, replaces_stored
 from service.store.db import make_engine, upgrade
 from service.store.models import (
     BestConfig,
@@ -47,7 +48,6 @@ from service.store.models import (
     Variant,
     Worker,
 )
-from service.store.results import pick_winner, replaces_stored
 from service.store.tokens import create_token
 from tests.conftest import PG_ADMIN_URL, REPO_ROOT, pg_admin_connect, spawn_cli
 

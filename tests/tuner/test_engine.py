@@ -10,6 +10,7 @@ import pytest
 
 from tests.tuner.cpu_helpers import quick_config
 from tuner.backends.cpu import CpuBackend
+from tuner.capabilities import Capabilities
 from tuner.engine import candidate_params, pick_winner, tune
 from tuner.errors import InvalidRequestError, NoVariantsError
 from tuner.problems import ReduceProblem, SoftmaxProblem
@@ -109,7 +110,7 @@ def test_space_default_cap_applies_when_the_budget_names_none(
 
 
 def test_energy_objective_is_refused_by_a_backend_without_a_counter(backend: CpuBackend) -> None:
-    assert CpuBackend.measures_energy is False
+    assert backend.capabilities.measures_energy is False
     request = TuneRequest("reduce", "f32", "row", ReduceProblem(m=4, k=64), objective="energy")
     with pytest.raises(InvalidRequestError, match="cannot measure energy") as caught:
         tune(request, backend, backend.config)
@@ -121,7 +122,9 @@ class EnergyMeteredCpuBackend(CpuBackend):
     variant's position in the space rises, so that the least-energy variant is not the
     fastest one the CPU happens to measure."""
 
-    measures_energy = True
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(measures_energy=True)
 
     def run(self, variant, artifact, request, abort_above_us=None):  # type: ignore[no-untyped-def]
         result = super().run(variant, artifact, request, abort_above_us)

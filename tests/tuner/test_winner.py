@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from service.store.results import pick_winner as store_pick
+import pytest
+
+from service.store.best import pick_winner as store_pick
 from tuner.engine import pick_winner as engine_pick
 from tuner.types import BenchResult, Outcome, Timing
 from tuner.winner import (
     ROUNDS_KEY,
     TIE_BAND,
     confidently_faster,
+    decide,
     incumbent_reference,
     needs_remeasure,
     pick,
+    ratio_interval,
     replaces_incumbent,
     rounds_of,
 )
@@ -25,6 +29,7 @@ class Row:
     median: float | None
     ok: bool = True
     suspect: bool = False
+    rounds: list[float] = field(default_factory=list)
 
 
 def _pick(rows: list[Row], band: float = TIE_BAND) -> Row | None:
@@ -137,6 +142,32 @@ def test_engine_and_store_pick_the_same_winner() -> None:
         assert by_engine.variant_id == by_store.variant_id, case
 
 
+def test_engine_and_store_decide_the_same_tie_set_from_the_rounds() -> None:
+    """The store reads the rounds from the uploaded provenance: the same decision."""
+    from service.store.best import decide_winner as store_decide
+    from tuner.engine import decide_winner as engine_decide
+
+    timings = {
+        "a_fast": [10.0, 10.3, 9.9, 10.1, 10.0],
+        "b_incumbent": [10.3, 10.1, 10.4, 10.2, 10.5],
+        "c_slow": [11.0, 11.4, 10.9, 11.2, 11.1],
+    }
+    results, rows = [], []
+    for i, (name, rounds) in enumerate(timings.items()):
+        middle = sorted(rounds)[2]
+        provenance = {ROUNDS_KEY: rounds, "first_pass_median_us": middle * 0.96}
+        timing = Timing(middle, middle, middle, middle, 10)
+        results.append(
+            BenchResult(f"id-{name}", name, {}, Outcome.OK, timing, provenance=provenance)
+        )
+        rows.append(FakeMeasurement(i, f"id-{name}", "ok", middle, provenance=provenance))
+    names = {f"id-{name}": name for name in timings}
+    by_engine = engine_decide(results, TIE_BAND, "time", ["b_incumbent"])
+    by_store = store_decide(rows, names, "time", ["b_incumbent"])  # type: ignore[arg-type]
+    assert [r.variant_name for r in by_engine.tie_set] == ["b_incumbent", "a_fast"]
+    assert [names[m.variant_id] for m in by_store.tie_set] == ["b_incumbent", "a_fast"]
+
+
 def test_adaptive_timing_rule() -> None:
     from tuner.stats import ci_reached, cpu_share, median_ci, median_ci_rel
 
@@ -159,24 +190,79 @@ def test_the_incumbent_reference_prefers_the_same_job() -> None:
 
 
 def test_a_challenger_within_noise_does_not_replace_the_incumbent() -> None:
-    # timed side by side in three interleaved rounds: the challenger's median is 5% lower,
-    # but its rounds overlap the incumbent's (drift of the moment), so it is not confident
-    incumbent, challenger = [10.0, 10.6, 9.9], [9.5, 10.0, 9.4]
-    assert replaces_incumbent(10.0, 9.5)  # medians alone would flip the winner
+    # timed side by side in five interleaved rounds: the challenger's median is 2% lower,
+    # but round by round the two swap places (ratios 0.95 to 1.05): not confident
+    incumbent = [10.0, 10.6, 9.9, 10.2, 10.1]
+    challenger = [9.5, 10.7, 9.4, 10.3, 9.9]
+    assert replaces_incumbent(10.2, 9.9)  # medians alone, 3% apart, would flip the winner
     assert confidently_faster(challenger, incumbent) is False
     assert not replaces_incumbent(
-        10.0, 9.5, incumbent_rounds=incumbent, candidate_rounds=challenger
+        10.2, 9.9, incumbent_rounds=incumbent, candidate_rounds=challenger
     )
-    # faster beyond the band in every round: replaced
-    clearly = [9.0, 9.3, 9.1]
-    assert replaces_incumbent(10.0, 9.1, incumbent_rounds=incumbent, candidate_rounds=clearly)
-    # one side without rounds: the medians decide, as before
-    assert confidently_faster(clearly, []) is None
+    # 10% faster in every round: replaced
+    clearly = [9.0, 9.5, 8.9, 9.2, 9.1]
+    assert replaces_incumbent(10.1, 9.1, incumbent_rounds=incumbent, candidate_rounds=clearly)
+    # fewer shared rounds than MIN_ROUNDS: the medians decide, as before
+    assert confidently_faster(clearly, incumbent[:2]) is None
     assert replaces_incumbent(10.0, 9.5, incumbent_rounds=[], candidate_rounds=challenger)
     assert rounds_of({ROUNDS_KEY: [1, 2.5, "x"]}) == [1.0, 2.5] and rounds_of(None) == []
-    # the first pass counts as one more median of the same job
-    assert rounds_of({ROUNDS_KEY: [2.0], "first_pass_median_us": 3.0}) == [3.0, 2.0]
-    assert rounds_of({"first_pass_median_us": 3.0}) == []  # not confirmed
+    # the first pass chose the contenders (biased low): it is not one of the rounds
+    assert rounds_of({ROUNDS_KEY: [2.0], "first_pass_median_us": 3.0}) == [2.0]
+
+
+def test_rounds_are_paired_so_the_drift_of_a_window_divides_out() -> None:
+    # the machine drifted by 20% over the rounds; in each round the challenger was 10% faster
+    incumbent = [10.0, 11.0, 12.0, 10.5, 11.5]
+    challenger = [t * 0.9 for t in incumbent]
+    assert min(incumbent) < max(challenger)  # the ranges overlap: unpaired, no decision
+    low, high = ratio_interval(incumbent, challenger)  # type: ignore[misc]
+    assert low == pytest.approx(1 / 0.9) and high == pytest.approx(1 / 0.9)
+    assert replaces_incumbent(11.0, 9.9, incumbent_rounds=incumbent, candidate_rounds=challenger)
+    # the band is never narrower than TIE_BAND: 1% faster in every round is still a tie
+    near = [t * 0.99 for t in incumbent]
+    assert not replaces_incumbent(11.0, 10.9, incumbent_rounds=incumbent, candidate_rounds=near)
+
+
+def test_the_tie_set_is_every_contender_the_rounds_cannot_tell_from_the_fastest() -> None:
+    rows = [
+        Row("fast", 10.0, rounds=[10.0, 10.4, 9.8, 10.1, 10.0]),
+        Row("noisy", 10.4, rounds=[10.4, 10.0, 10.9, 10.3, 10.6]),  # 0.96-1.11 of fast
+        Row("steady_slower", 10.5, rounds=[10.5, 10.9, 10.3, 10.6, 10.5]),  # 5% in each round
+        Row("no_rounds", 9.0),  # its first pass only: not a contender, cannot win
+    ]
+    decision = decide(
+        rows,
+        median=lambda r: r.median,
+        name=lambda r: r.name,
+        ok=lambda r: r.ok,
+        rounds=lambda r: r.rounds,
+    )
+    assert decision.method == "rounds" and decision.fastest is rows[0]
+    assert [r.name for r in decision.tie_set] == ["fast", "noisy"]
+    assert decision.winner is rows[0]  # by name
+    # the incumbent wins inside the tie set, the vendor's default before it
+    by_incumbent = decide(
+        rows,
+        median=lambda r: r.median,
+        name=lambda r: r.name,
+        ok=lambda r: r.ok,
+        rounds=lambda r: r.rounds,
+        incumbent=lambda r: r.name == "noisy",
+    )
+    assert by_incumbent.winner is rows[1] and by_incumbent.tie_set[0] is rows[1]
+    vendor_first = decide(
+        rows,
+        median=lambda r: r.median,
+        name=lambda r: r.name,
+        ok=lambda r: r.ok,
+        rounds=lambda r: r.rounds,
+        incumbent=lambda r: r.name == "noisy",
+        vendor_default=lambda r: r.name == "fast",
+    )
+    assert vendor_first.winner is rows[0]
+    # nobody was confirmed: the medians and the fixed band decide, as before
+    plain = decide(rows, median=lambda r: r.median, name=lambda r: r.name, ok=lambda r: r.ok)
+    assert plain.method == "medians" and plain.winner is rows[3]
 
 
 def test_a_tie_goes_to_the_vendor_default_in_engine_and_store() -> None:

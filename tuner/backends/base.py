@@ -7,6 +7,7 @@
     backend.discover(request, arch)        -> [params] found on the device (vendor algorithms)
     backend.artifact(variant)              -> (path, BuildRecord): a loadable shared object of
                                               one variant exporting the tunehub C ABI
+    backend.capabilities                   -> Capabilities (energy, compile overlap, early stop)
 
 ``run`` must verify the variant's output against a reference before its timing counts, and
 must turn a crash, a hang or a wrong answer into that variant's outcome, never an exception.
@@ -17,6 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from tuner.capabilities import CAPABILITIES, Capabilities
 from tuner.errors import ToolchainError
 from tuner.render import render_variant
 from tuner.spaces.base import Params, VariantSpace
@@ -36,20 +38,15 @@ __all__ = ["Backend"]
 
 class Backend(ABC):
     name: str
-    #: True when compiling does not disturb what ``run`` measures (a GPU timed while the
-    #: host's CPUs compile): the engine then builds the next batch while timing this one
-    compile_overlaps_measure: bool = False
-    #: True when ``run`` stops early only once the confidence interval of its median lies
-    #: wholly above ``abort_above_us``: the engine then passes the best median so far times
-    #: (1 + tie band), "clearly slower than the best"; otherwise it passes the best times
-    #: ``EngineConfig.abort_slower_than`` and the backend compares its running median
-    ci_early_stop: bool = False
-    #: whether ``run`` stores joules per launch (``BenchResult.energy_j``): the ``energy``
-    #: objective is refused for backends without an energy counter
-    measures_energy: bool = False
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend can do (:mod:`tuner.capabilities`, by its name; a backend the
+        table does not name can do none of it). Wrappers delegate; test doubles override."""
+        return CAPABILITIES.get(self.name, Capabilities())
 
     @abstractmethod
     def device(self) -> DeviceInfo: ...

@@ -113,7 +113,6 @@ def _json_file(path: Path) -> dict[str, Any] | None:
 
 class CpuBackend(Backend):
     name = "cpu"
-    ci_early_stop = True
 
     def __init__(self, config: EngineConfig, *, compiler: str = "g++") -> None:
         super().__init__(config)

@@ -129,8 +129,6 @@ ENERGY_BENCH_SECONDS = 0.5
 
 class CudaBackend(Backend):
     name = "cuda"
-    compile_overlaps_measure = True  # nvcc on the host CPUs while the GPU times
-    measures_energy = True  # NVML total-energy counter around the timed batches
 
     def __init__(
         self, config: EngineConfig, *, nvcc: str | None = None, harness_python: str | None = None
@@ -342,7 +340,7 @@ class CudaBackend(Backend):
             driver=info.get("driver", ""),
             runtime=info.get("runtime", ""),
             memory_bytes=int(info.get("memory_bytes", 0)),
-            extra={k: info[k] for k in ("l2_bytes", "pci_bus_id", "torch") if k in info},
+            extra={k: info[k] for k in ("l2_bytes", "pci_bus_id", "uuid", "torch") if k in info},
         )
         return self._device
 

@@ -88,9 +88,19 @@ def probe() -> dict[str, Any]:
         "driver": _driver_version(),
         "runtime": f"cuda {torch.version.cuda}",
         "pci_bus_id": _pci_bus_id(props),
+        "uuid": _uuid(props),
         "torch": torch.__version__,
         "nvml": nvml,
     }
+
+
+def _uuid(props: Any) -> str | None:
+    """The card's UUID as the driver reports it (``GPU-...``), or None where torch lacks it."""
+    value = getattr(props, "uuid", None)
+    if value is None:
+        return None
+    text = str(value)
+    return text if text.startswith("GPU-") else f"GPU-{text}"
 
 
 def _pci_bus_id(props: Any) -> str | None:

@@ -18,7 +18,7 @@ from service.store.models import Job, Task
 from service.store.queue import cancel_job, live_worker_devices, waiting_for
 from service.store.validation import parse_problem, usable_id
 from service.store.views import job_dict
-from tuner.registry import measures_energy
+from tuner.capabilities import capabilities_of
 
 __all__ = ["router"]
 
@@ -56,7 +56,7 @@ def submit_job(body: JobCreate, session: SessionDep, settings: SettingsDep) -> d
         parse_problem(body.op, fields, ["body", "problems", index])
         for index, fields in enumerate(body.problems)
     ]
-    if body.objective == "energy" and not measures_energy(body.device.backend):
+    if body.objective == "energy" and not capabilities_of(body.device.backend).measures_energy:
         raise InvalidInput(
             ["body", "objective"],
             f"the {body.device.backend} backend has no energy counter; use objective 'time'",

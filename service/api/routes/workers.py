@@ -28,8 +28,15 @@ def register_worker(
     token: Annotated[ApiToken, Depends(require_scope("worker"))],
 ) -> dict[str, Any]:
     """Register a worker and its devices. The worker is bound to this token: only it may
-    lease, heartbeat and upload for the worker."""
-    worker = Worker(name=body.name, token_id=token.id)
+    lease, heartbeat and upload for the worker. Its host identity (``host``) decides whether
+    its measurements can confirm another worker's winner (service.store.confirm)."""
+    host = body.host
+    worker = Worker(
+        name=body.name,
+        token_id=token.id,
+        host_fingerprint=host.fingerprint if host else None,
+        device_uids=sorted(set(host.device_uids)) if host else None,
+    )
     session.add(worker)
     session.flush()
     devices: list[Device] = []
@@ -39,4 +46,9 @@ def register_worker(
             devices.append(device)
             session.add(WorkerDevice(worker_id=worker.id, device_id=device.id))
     session.commit()
-    return {"id": worker.id, "name": worker.name, "devices": [device_dict(d) for d in devices]}
+    return {
+        "id": worker.id,
+        "name": worker.name,
+        "devices": [device_dict(d) for d in devices],
+        "host_fingerprint": worker.host_fingerprint,
+    }

@@ -1,12 +1,13 @@
 """A slot's backend: compiles shared by every slot, runs pinned to the slot's cores.
 
-    builds = BuildCoordinator()                               # one per worker
+    builds = BuildCoordinator(workers=16)                     # one per worker
     backend = SlotBackend(CudaBackend(config), SlotSpec("cuda", 1), builds)
 
 :class:`SlotBackend` wraps the real backend of one slot (``service/agent/slots.py`` runs a
-:class:`~service.agent.agent.WorkerAgent` per slot): ``build`` goes through the worker's one
-:class:`BuildCoordinator`, ``run`` pins the benchmark process to the slot's cores (CPU slots)
-and names the slot in the result's provenance.
+worker agent per slot): ``build`` goes through the worker's one :class:`BuildCoordinator`,
+``run`` pins the benchmark process to the slot's cores (CPU slots) and names the slot in the
+result's provenance. Everything else, the capabilities among it, is the wrapped backend's:
+delegated, never copied.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from tuner.backends.base import Backend
+from tuner.capabilities import Capabilities
 from tuner.registry import load_backend_class
 from tuner.spaces.base import Params, VariantSpace
 from tuner.types import (
@@ -61,18 +63,36 @@ class BuildCoordinator:
     """Compiles each variant once for every slot: a lock (an event) per variant id in flight.
 
     A slot builds the variants nobody else is building and waits for the rest, then reads
-    them from the compile cache (a cache hit costs nothing and says ``cached=True``). One
-    slot's build runs at a time, with every compile worker the engine config allows: N slots
-    never start N times as many compilers as the host has cores (nvcc with CUTLASS takes
-    gigabytes each), and the cores are busy either way.
+    them from the compile cache (a cache hit costs nothing and says ``cached=True``). The
+    compilers of every slot together stay within ``workers`` (the engine's compile workers):
+    a build of n variants holds min(n, workers) of them, so N slots never start N times as
+    many compilers as the host has cores (nvcc with CUTLASS takes gigabytes each), and an
+    engine that builds one variant per call (to time each as soon as it is built) still
+    runs ``workers`` compiles at once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, workers: int | None = None) -> None:
         self._lock = threading.Lock()
-        self._compiling = threading.Lock()
+        self.workers = max(1, workers or os.cpu_count() or 1)
+        self._free = self.workers
+        self._freed = threading.Condition()
         self._in_flight: dict[str, threading.Event] = {}
         #: variant id -> how many times a slot ran the compiler for it (1 unless it timed out)
         self.compiled: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def _compilers(self, count: int) -> Iterator[None]:
+        """Hold ``count`` of the worker's compilers (at most all of them) while building."""
+        count = min(max(count, 1), self.workers)
+        with self._freed:
+            self._freed.wait_for(lambda: self._free >= count)
+            self._free -= count
+        try:
+            yield
+        finally:
+            with self._freed:
+                self._free += count
+                self._freed.notify_all()
 
     def build(self, backend: Backend, variants: Sequence[Variant]) -> dict[str, CompileResult]:
         mine: dict[str, Variant] = {}
@@ -90,7 +110,7 @@ class BuildCoordinator:
         results: dict[str, CompileResult] = {}
         try:
             if mine:
-                with self._compiling:
+                with self._compilers(len(mine)):
                     results = dict(backend.build(list(mine.values())))
         finally:
             with self._lock:
@@ -137,9 +157,10 @@ class SlotBackend(Backend):
         self.slot = slot
         self.builds = builds
         self.name = inner.name
-        # the engine reads these policies off the backend it is given: the wrapped one's
-        self.compile_overlaps_measure = inner.compile_overlaps_measure
-        self.ci_early_stop = inner.ci_early_stop
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
 
     def device(self) -> DeviceInfo:
         return self.inner.device()
