@@ -35,13 +35,13 @@ from typing import Any
 import numpy as np
 
 from tuner import stats, winner
+from tuner.abi import abi_dims
 from tuner.backends import cpu_host
 from tuner.backends.base import Backend
 from tuner.backends.cpu_batch import RUNNER_SOURCE, batch_source, runner_key, symbol_prefix
 from tuner.backends.cpu_runner import RunnerServer
 from tuner.compile import CompileCache, build_batched
 from tuner.errors import ToolchainError
-from tuner.abi import abi_dims
 from tuner.problems import Problem
 from tuner.reference import ELEMENT_SIZE, STORAGE, make_inputs, reference, verify
 from tuner.render import TEMPLATES_DIR, template_version
