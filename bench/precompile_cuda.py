@@ -3,9 +3,13 @@ that can travel to a GPU host (same nvcc version there: the variant ids include 
 
     python bench/precompile_cuda.py --cache-dir .cache/tunehub --arch sm_90 \
         --op gemm --dtype f16 --layout rcr --problem m=8192,n=8192,k=8192 --max-variants 24
+    python bench/precompile_cuda.py --cache-dir .cache/tunehub --arch sm_90 --op rms_norm \
+        --dtype f16 --problem m=1,k=4096 --problem m=8,k=4096 --problem m=32,k=4096 \
+        --problem m=2048,k=4096 --max-variants 104      # Mistral-7B's norms, decode and prefill
 
-It renders exactly what ``tuner.engine.tune`` would render for that request (same space order,
-same pruning, same flags), so the worker on the GPU host finds every build in its cache.
+It renders exactly what ``tuner.engine.tune`` would render for each request (same space order,
+same pruning, same flags), so the worker on the GPU host finds every build in its cache. A
+variant that several problems share is built once. ``--layout`` defaults to the op's first.
 """
 
 from __future__ import annotations
@@ -20,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tuner.backends.cuda import CudaBackend  # noqa: E402
 from tuner.engine import candidate_params  # noqa: E402
-from tuner.problems import problem_from_dict  # noqa: E402
+from tuner.problems import LAYOUTS, problem_from_dict  # noqa: E402
 from tuner.registry import load_space  # noqa: E402
-from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
+from tuner.types import Budget, EngineConfig, TuneRequest, Variant  # noqa: E402
 
 
 def parse_dims(text: str) -> dict[str, int | str]:
@@ -39,8 +43,10 @@ def main() -> int:
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--op", required=True)
     parser.add_argument("--dtype", default="f16")
-    parser.add_argument("--layout", required=True)
-    parser.add_argument("--problem", required=True, help="dims as m=..,n=..,k=..")
+    parser.add_argument("--layout", default=None, help="default: the op's first layout")
+    parser.add_argument(
+        "--problem", required=True, action="append", help="dims as m=..,n=..,k=.. (repeatable)"
+    )
     parser.add_argument("--max-variants", type=int, default=24)
     parser.add_argument("--workers", type=int, default=0)
     args = parser.parse_args()
@@ -50,23 +56,25 @@ def main() -> int:
         cache_dir=args.cache_dir, compile_workers=args.workers, compile_timeout_s=900
     )
     backend = CudaBackend(config)
-    request = TuneRequest(
-        op=args.op,
-        dtype=args.dtype,
-        layout=args.layout,
-        backend="cuda",
-        problem=problem_from_dict(args.op, parse_dims(args.problem)),
-        budget=Budget(max_variants=args.max_variants),
-    )
+    layout = args.layout or LAYOUTS[args.op][0]
     space = load_space(args.op, "cuda")
-    candidates, _ = candidate_params(request, args.arch, "cuda")
-    variants = [
-        backend.render(space, params, args.dtype, args.layout, args.arch)
-        for params in candidates[: args.max_variants]
-    ]
+    variants: dict[str, Variant] = {}
+    for text in args.problem:
+        request = TuneRequest(
+            op=args.op,
+            dtype=args.dtype,
+            layout=layout,
+            backend="cuda",
+            problem=problem_from_dict(args.op, parse_dims(text)),
+            budget=Budget(max_variants=args.max_variants),
+        )
+        candidates, _ = candidate_params(request, args.arch, "cuda")
+        for params in candidates[: args.max_variants]:
+            variant = backend.render(space, params, args.dtype, layout, args.arch)
+            variants.setdefault(variant.id, variant)
     started = time.monotonic()
-    results = backend.build(variants)
-    failed = [v.name for v in variants if not results[v.id].ok]
+    results = backend.build(list(variants.values()))
+    failed = [v.name for v in variants.values() if not results[v.id].ok]
     cached = sum(1 for r in results.values() if r.cached)
     print(
         f"{len(variants)} variants ({cached} already cached), {len(failed)} failed, "

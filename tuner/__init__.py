@@ -16,6 +16,7 @@ from tuner.problems import (
     GemmProblem,
     Problem,
     ReduceProblem,
+    RmsNormProblem,
     SoftmaxProblem,
     problem_from_dict,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "Conv2dProblem",
     "ReduceProblem",
     "SoftmaxProblem",
+    "RmsNormProblem",
     "problem_from_dict",
     "BenchResult",
     "Budget",

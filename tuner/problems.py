@@ -26,11 +26,12 @@ __all__ = [
     "Conv2dProblem",
     "ReduceProblem",
     "SoftmaxProblem",
+    "RmsNormProblem",
     "problem_from_dict",
     "PROBLEM_TYPES",
 ]
 
-Op = Literal["gemm", "conv2d", "reduce", "softmax"]
+Op = Literal["gemm", "conv2d", "reduce", "softmax", "rms_norm"]
 DType = Literal["f16", "bf16", "f32"]
 ReduceKind = Literal["sum", "max", "mean"]
 OPS: tuple[str, ...] = get_args(Op)
@@ -41,6 +42,7 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     "conv2d": ("nhwc",),
     "reduce": ("row",),
     "softmax": ("row",),
+    "rms_norm": ("row",),
 }
 #: no single dim may exceed this (2^24): keeps int32 index math in kernels safe per dim
 MAX_DIM = 1 << 24
@@ -231,8 +233,33 @@ class SoftmaxProblem(Problem):
         return {"x": self.m * self.k, "y": self.m * self.k}
 
 
+@dataclass(frozen=True)
+class RmsNormProblem(Problem):
+    """y[m, k] = w[k] * (x[m, k] * rsqrt(mean_k(x[m, k]^2) + eps)), as Hugging Face's Llama,
+    Mistral and Qwen2 RMSNorm computes it: accumulated in f32, rounded once to the storage
+    dtype. Inputs x [m, k] and w [k], output y [m, k]. ``eps`` is a run-time value of the
+    kernel (``tuner.abi``), not part of the problem: it does not change the speed."""
+
+    op: ClassVar[str] = "rms_norm"
+    dim_names: ClassVar[tuple[str, ...]] = ("m", "k")
+    m: int
+    k: int
+
+    def operand_sizes(self) -> dict[str, int]:
+        return {"x": self.m * self.k, "w": self.k, "y": self.m * self.k}
+
+    def reduction_length(self) -> int:
+        """1: an output is one product w * x * scale, rounded once. The row's scale sums k
+        positive squares in f32 over short chains (the CUDA kernels' lanes, the CPU kernel's
+        chunks of 2048), whose relative error stays under every storage dtype's tolerance
+        (1e-4 and up); a tolerance grown with k would pass a kernel that drops one lane's
+        share of the sum (a single f32 chain over 2^20 squares is 2e-4 off: not accepted)."""
+        return 1
+
+
 PROBLEM_TYPES: dict[str, type[Problem]] = {
-    cls.op: cls for cls in (GemmProblem, Conv2dProblem, ReduceProblem, SoftmaxProblem)
+    cls.op: cls
+    for cls in (GemmProblem, Conv2dProblem, ReduceProblem, SoftmaxProblem, RmsNormProblem)
 }
 
 

@@ -12,7 +12,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tuner.problems import Conv2dProblem, GemmProblem, Problem, ReduceProblem, SoftmaxProblem
+from tuner.abi import RMS_NORM_EPS
+from tuner.problems import (
+    Conv2dProblem,
+    GemmProblem,
+    Problem,
+    ReduceProblem,
+    RmsNormProblem,
+    SoftmaxProblem,
+)
 
 __all__ = [
     "STORAGE",
@@ -21,6 +29,7 @@ __all__ = [
     "from_storage",
     "make_inputs",
     "reference",
+    "rms_norm_reference",
     "Verdict",
     "tolerance",
     "verify",
@@ -75,6 +84,8 @@ def make_inputs(
         return {"x": uniform(p.n, p.h, p.w, p.c), "w": uniform(p.k, p.r, p.s, p.c)}
     if isinstance(problem, ReduceProblem | SoftmaxProblem):
         return {"x": uniform(problem.m, problem.k, scale=4.0)}
+    if isinstance(problem, RmsNormProblem):
+        return {"x": uniform(problem.m, problem.k, scale=4.0), "w": uniform(problem.k, scale=4.0)}
     raise TypeError(f"no inputs for {type(problem).__name__}")
 
 
@@ -102,7 +113,20 @@ def reference(
         x = from_storage(inputs["x"], dtype)
         e = np.exp(x - x.max(axis=1, keepdims=True))
         return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+    if isinstance(problem, RmsNormProblem):
+        return rms_norm_reference(
+            from_storage(inputs["x"], dtype), from_storage(inputs["w"], dtype), RMS_NORM_EPS
+        )
     raise TypeError(f"no reference for {type(problem).__name__}")
+
+
+def rms_norm_reference(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """w * (x * rsqrt(mean(x^2) + eps)) over the last dim of float32 ``x`` [m, k] with float32
+    ``w`` [k]: the sum of squares in float64, eps as the float32 a kernel reads."""
+    squares = np.square(x).sum(axis=1, dtype=np.float64)
+    mean = squares / x.shape[1] + float(np.float32(eps))
+    scale = (1.0 / np.sqrt(mean)).astype(np.float32)
+    return (w * (x * scale[:, None])).astype(np.float32, copy=False)
 
 
 def _conv2d_nhwc(p: Conv2dProblem, x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -27,10 +27,12 @@ SPACES: dict[tuple[str, str], str] = {
     ("softmax", "cpu"): "tuner.spaces.cpu_softmax:CpuSoftmaxSpace",
     ("gemm", "cpu"): "tuner.spaces.cpu_gemm:CpuGemmSpace",
     ("conv2d", "cpu"): "tuner.spaces.cpu_conv2d:CpuConv2dSpace",
+    ("rms_norm", "cpu"): "tuner.spaces.cpu_rms_norm:CpuRmsNormSpace",
     ("reduce", "cuda"): "tuner.spaces.cuda_reduce:CudaReduceSpace",
     ("softmax", "cuda"): "tuner.spaces.cuda_softmax:CudaSoftmaxSpace",
     ("gemm", "cuda"): "tuner.spaces.cuda_gemm:CudaGemmSpace",
     ("conv2d", "cuda"): "tuner.spaces.cuda_conv2d:CudaConv2dSpace",
+    ("rms_norm", "cuda"): "tuner.spaces.cuda_rms_norm:CudaRmsNormSpace",
 }
 BACKENDS: dict[str, str] = {
     "cpu": "tuner.backends.cpu:CpuBackend",

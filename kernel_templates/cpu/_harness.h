@@ -18,10 +18,11 @@
 // and optionally
 //   void th_prepare(const int64_t* dims);                 // once before the first call, untimed
 // Dims arrive in the order of problem.dim_names (reduce appends the kind code: 0 sum, 1 max,
-// 2 mean). Storage types: f32 float, f16 _Float16, bf16 th::bf16_t (uint16_t, upper half of a
+// 2 mean; rms_norm appends eps_bits, the IEEE-754 bit pattern of the float32 eps as an unsigned
+// 32-bit value in the int64, read with eps_from_bits; tuner/abi.py defines both). Storage types: f32 float, f16 _Float16, bf16 th::bf16_t (uint16_t, upper half of a
 // float). Accumulate in float. Helpers below: to_float/from_float, Vec<P> (GCC vector
 // extension types of P lanes), load_pack/store_pack (P storage elements <-> P floats),
-// splat, vmax, hsum, hmax, exp_approx, min/max, INFINITY.
+// splat, vmax, hsum, hmax, exp_approx, min/max, eps_from_bits, INFINITY.
 #pragma once
 
 #include <stddef.h>
@@ -126,6 +127,15 @@ template <int P> inline void store_pack(bf16_t* p, typename Vec<P>::f32 v) {
   bits += 0x7FFFu + ((bits >> 16) & 1u);  // inputs here are finite: no NaN special case
   typename Vec<P>::u16 h = __builtin_convertvector(bits >> 16, typename Vec<P>::u16);
   __builtin_memcpy(p, &h, sizeof h);
+}
+
+// rms_norm's eps from its dim: false for a pattern outside [0, 0x7F800000) (a negative,
+// infinite or NaN float32), which no kernel serves (tuner/abi.py: MAX_EPS_BITS)
+inline bool eps_from_bits(int64_t bits, float* eps) {
+  if (bits < 0 || bits >= 0x7F800000) return false;
+  const uint32_t word = static_cast<uint32_t>(bits);
+  __builtin_memcpy(eps, &word, sizeof word);
+  return true;
 }
 
 template <typename T> inline T min(T a, T b) { return b < a ? b : a; }

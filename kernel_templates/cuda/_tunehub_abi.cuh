@@ -4,13 +4,16 @@
 // source is self-contained and the variant id covers it; keep Jinja syntax out of this file).
 // Every template renders to one .cu file built into a shared object that exports the four
 // extern "C" symbols declared below. Dims arrive at run time in problem.dim_names order
-// (reduce adds the kind code: 0 sum, 1 max, 2 mean). tunehub_run only enqueues on `stream`:
-// no synchronization, no allocation, no printing.
+// (reduce adds the kind code: 0 sum, 1 max, 2 mean; rms_norm adds eps_bits, the IEEE-754 bit
+// pattern of the float32 eps as an unsigned 32-bit value held in the int64, read with
+// tunehub::eps_from_bits: dims [m, k, eps_bits], inputs [x, w]; tuner/abi.py defines them).
+// tunehub_run only enqueues on `stream`: no synchronization, no allocation, no printing.
 #ifndef TUNEHUB_ABI_CUH
 #define TUNEHUB_ABI_CUH
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -64,6 +67,15 @@ inline int launch_status() {
 
 inline bool aligned_to(const void* ptr, size_t bytes) {
   return (reinterpret_cast<uintptr_t>(ptr) % bytes) == 0;
+}
+
+// rms_norm's eps from its dim: false for a pattern outside [0, 0x7F800000) (a negative,
+// infinite or NaN float32), which no kernel serves (tuner/abi.py: MAX_EPS_BITS).
+inline bool eps_from_bits(int64_t bits, float* eps) {
+  if (bits < 0 || bits >= 0x7F800000) return false;
+  const uint32_t word = static_cast<uint32_t>(bits);
+  std::memcpy(eps, &word, sizeof word);
+  return true;
 }
 
 }  // namespace tunehub

@@ -36,6 +36,7 @@ from service.cli.tune_file import DEFAULT_ARTIFACT_WAIT_S, tune_from_file
 from service.client import ApiError, TunehubClient
 from service.schemas.configs import MAX_NEAREST_DISTANCE, ConfigQuery
 from service.schemas.jobs import JobCreate
+from tuner.abi import RMS_NORM_EPS
 from tuner.errors import TunerError
 from tuner.problems import DTYPES, LAYOUTS, problem_from_dict
 from tuner.registry import BACKENDS, STRATEGIES
@@ -284,6 +285,7 @@ _LayoutOpt = Annotated[str, typer.Option(help="rcr, rrr, crr or ccr.")]
 _OP_OPTIONS: dict[str, tuple[tuple[str, Any, Any], ...]] = {
     "reduce": (("m", DimOpt, _REQUIRED), ("k", DimOpt, _REQUIRED), ("kind", _KindOpt, "sum")),
     "softmax": (("m", DimOpt, _REQUIRED), ("k", DimOpt, _REQUIRED)),
+    "rms_norm": (("m", DimOpt, _REQUIRED), ("k", DimOpt, _REQUIRED)),
     "gemm": (
         ("m", DimOpt, _REQUIRED),
         ("n", DimOpt, _REQUIRED),
@@ -298,7 +300,7 @@ _OP_OPTIONS: dict[str, tuple[tuple[str, Any, Any], ...]] = {
     ),
 }
 #: the layout of an op without a --layout option (None: the op has no layouts)
-_FIXED_LAYOUT = {"reduce": None, "softmax": None, "conv2d": "nhwc"}
+_FIXED_LAYOUT = {"reduce": None, "softmax": None, "rms_norm": None, "conv2d": "nhwc"}
 
 _TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("dtype", DTypeOpt, "f32"),
@@ -322,12 +324,18 @@ _BEST_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
 _TUNE_HELP = {
     "reduce": "Row reduction: y(m) = sum, max or mean of x(m, 0..k).",
     "softmax": "Row softmax over k of an m x k matrix.",
+    "rms_norm": (
+        "RMSNorm over k of an m x k matrix with a weight of k: "
+        f"y = w * x / sqrt(mean(x^2) + eps), timed at eps {RMS_NORM_EPS:g} (eps does not "
+        "change the speed)."
+    ),
     "gemm": "GEMM: C (m x n) = A (m x k) @ B (k x n).",
     "conv2d": "Forward convolution, NHWC input, KRSC filter.",
 }
 _BEST_HELP = {
     "reduce": "Best config of a row reduction.",
     "softmax": "Best config of a row softmax.",
+    "rms_norm": "Best config of an RMSNorm over rows.",
     "gemm": "Best config of a GEMM.",
     "conv2d": "Best config of a forward convolution.",
 }

@@ -81,6 +81,8 @@ def one_error_line(err: str) -> str:
         (["tune", "transpose", "--m", "8"], "No such command 'transpose'"),
         (["frobnicate"], "No such command 'frobnicate'"),
         (["best", "softmax", "--m", "-3", "--k", "8"], "m: must be >= 1"),
+        (["tune", "rms_norm", "--m", "8", "--k", "0"], "k: must be >= 1"),
+        (["best", "rms_norm", "--m", "8"], "Missing option '--k'"),
     ],
 )
 def test_user_errors_print_one_line_and_exit_2(

@@ -230,6 +230,7 @@ def test_cli_against_a_live_server_without_tuning(
     [
         ("gemm", "f32", {"m": 33, "n": 40, "k": 24}),
         ("softmax", "f16", {"m": 16, "k": 300}),
+        ("rms_norm", "bf16", {"m": 16, "k": 1001}),
         (
             "conv2d",
             "f32",

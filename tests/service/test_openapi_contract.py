@@ -169,6 +169,7 @@ def test_reads_declare_no_security_and_writes_do(api: Any) -> None:
         "conv2d problem",
         "reduce problem",
         "softmax problem",
+        "rms_norm problem",
     ]
     results = paths["/v1/leases/{lease_id}/results"]["post"]["responses"]
     assert {"403", "404", "409"} <= set(results)

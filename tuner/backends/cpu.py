@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from tuner import stats, winner
+from tuner.abi import abi_dims
 from tuner.backends import cpu_host
 from tuner.backends.base import Backend
 from tuner.backends.cpu_artifact import cpu_artifact
@@ -42,11 +43,10 @@ from tuner.backends.cpu_batch import RUNNER_SOURCE, batch_source, runner_key, sy
 from tuner.backends.cpu_runner import RunnerServer
 from tuner.compile import CompileCache, build_batched
 from tuner.errors import ToolchainError
-from tuner.problems import Problem, ReduceProblem
+from tuner.problems import Problem
 from tuner.reference import ELEMENT_SIZE, STORAGE, make_inputs, reference, verify
 from tuner.render import TEMPLATES_DIR, template_version
 from tuner.spaces.base import VariantSpace
-from tuner.spaces.cpu_reduce import REDUCE_KIND_CODES
 from tuner.stats import timing_from_samples
 from tuner.types import (
     BenchResult,
@@ -74,11 +74,10 @@ RUNNER_FLAGS = ("-O1", "-std=c++17")
 
 
 def harness_dims(problem: Problem) -> list[int]:
-    """The ``--dims`` of the harness: ``problem.dim_names`` in order, plus reduce's kind code."""
-    dims = [int(v) for v in problem.int_dims().values()]
-    if isinstance(problem, ReduceProblem):
-        dims.append(REDUCE_KIND_CODES[problem.kind])
-    return dims
+    """The ``--dims`` of the harness: the ABI's dims (:func:`tuner.abi.abi_dims`):
+    ``problem.dim_names`` in order, plus reduce's kind code or rms_norm's eps bits (the
+    float32 bit pattern of :data:`tuner.abi.RMS_NORM_EPS`)."""
+    return abi_dims(problem)
 
 
 @dataclass

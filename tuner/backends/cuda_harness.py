@@ -307,6 +307,8 @@ class Harness:
         return {"samples_us": timing.samples_us, "gb_per_s": 4.0 * n / median / 1e3}
 
     def torch_baseline(self, req: dict[str, Any]) -> dict[str, Any]:
+        from tuner.abi import RMS_NORM_EPS
+
         torch = self.torch
         work = self.workload_for(req)
         kind = req["problem"].get("kind", "sum")
@@ -320,6 +322,8 @@ class Harness:
             x, y = work.inputs[i][0], work.outputs[i]
             if req["op"] == "softmax":
                 torch.softmax(x, dim=1)
+            elif req["op"] == "rms_norm":  # torch's fused op; eps as the variants are timed
+                torch.nn.functional.rms_norm(x, x.shape[-1:], work.inputs[i][1], RMS_NORM_EPS)
             else:
                 ops[kind](x, y)
 

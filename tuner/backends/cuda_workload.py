@@ -15,21 +15,28 @@ from typing import Any
 
 import torch
 
-from tuner.problems import Conv2dProblem, GemmProblem, Problem, ReduceProblem, SoftmaxProblem
+from tuner.abi import RMS_NORM_EPS, abi_dims
+from tuner.problems import (
+    Conv2dProblem,
+    GemmProblem,
+    Problem,
+    ReduceProblem,
+    RmsNormProblem,
+    SoftmaxProblem,
+)
 from tuner.reference import tolerance
 
 __all__ = [
     "Workload",
     "build_workload",
+    "rms_norm_reference",
     "verify_output",
     "time_launches",
     "TimingRun",
-    "KIND_CODES",
     "TORCH_DTYPES",
 ]
 
 TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
-KIND_CODES = {"sum": 0, "max": 1, "mean": 2}
 #: most input sets rotated; tiny problems stay L2-resident beyond this, as documented
 MAX_INPUT_SETS = 256
 #: share of free device memory the rotated input sets may take
@@ -71,6 +78,8 @@ def _shapes(problem: Problem, layout: str) -> tuple[list[tuple[int, ...]], tuple
         return [(problem.m, problem.k)], (problem.m,), 4.0
     if isinstance(problem, SoftmaxProblem):
         return [(problem.m, problem.k)], (problem.m, problem.k), 4.0
+    if isinstance(problem, RmsNormProblem):
+        return [(problem.m, problem.k), (problem.k,)], (problem.m, problem.k), 4.0
     raise TypeError(f"no workload for {type(problem).__name__}")
 
 
@@ -88,11 +97,19 @@ def _reference(problem: Problem, layout: str, inputs: list[torch.Tensor]) -> tor
         )
         return y.permute(0, 2, 3, 1).contiguous()
     x = inputs[0].float()
+    if isinstance(problem, RmsNormProblem):
+        return rms_norm_reference(x, inputs[1].float(), RMS_NORM_EPS)
     if isinstance(problem, ReduceProblem):
         if problem.kind == "max":
             return x.amax(dim=1)
         return x.mean(dim=1) if problem.kind == "mean" else x.sum(dim=1)
     return torch.softmax(x, dim=1)
+
+
+def rms_norm_reference(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """w * (x * rsqrt(mean(x^2) + eps)) over the last dim, in float32 (x and w float32)."""
+    eps32 = float(torch.tensor(eps, dtype=torch.float32))  # the float32 eps a kernel reads
+    return w * (x * torch.rsqrt(x.square().mean(dim=-1, keepdim=True) + eps32))
 
 
 def build_workload(problem: Problem, dtype: str, layout: str, seed: int, l2_bytes: int) -> Workload:
@@ -112,9 +129,7 @@ def build_workload(problem: Problem, dtype: str, layout: str, seed: int, l2_byte
     outputs = [
         torch.empty(out_shape, dtype=TORCH_DTYPES[dtype], device="cuda") for _ in range(n_sets)
     ]
-    dims = [int(v) for v in problem.int_dims().values()]
-    if isinstance(problem, ReduceProblem):
-        dims.append(KIND_CODES[problem.kind])
+    dims = abi_dims(problem)  # [m, k, eps_bits] for rms_norm: tuner.abi says why
     work = Workload(
         key=f"{problem.op}|{dtype}|{layout}|{problem.key()}|{seed}",
         inputs=inputs,

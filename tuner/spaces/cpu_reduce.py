@@ -9,14 +9,13 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+from tuner.abi import REDUCE_KIND_CODES
 from tuner.problems import Problem, ReduceProblem
 from tuner.spaces.base import Params, VariantSpace
 from tuner.spaces.cpu_common import STORAGE_TYPES, check_dtype_layout
 
 __all__ = ["CpuReduceSpace", "REDUCE_KIND_CODES"]
 
-#: reduce kind -> the runtime code the kernel reads as its third dim
-REDUCE_KIND_CODES: dict[str, int] = {"sum": 0, "max": 1, "mean": 2}
 
 PACKS = (1, 2, 4, 8)
 ACCUMULATORS = (1, 2, 4, 8)

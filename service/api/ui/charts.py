@@ -1,6 +1,6 @@
 """From a job's measurements to chart data.
 
-Bandwidth ops (reduce, softmax): achieved GB/s against K, one line per variant family. A
+Bandwidth ops (reduce, softmax, rms_norm): achieved GB/s against K, one line per variant family. A
 family is named by the params that do not vary with the problem (a param whose value changes
 for one variant id across problems is derived from the shape, so it cannot name a line), and
 of those the ones in LINE_AXES when any is present (pack x strategy for the CUDA row kernels,
@@ -29,7 +29,7 @@ __all__ = [
     "problem_label",
 ]
 
-BANDWIDTH_OPS = frozenset({"reduce", "softmax"})
+BANDWIDTH_OPS = frozenset({"reduce", "softmax", "rms_norm"})
 #: params that name a line of the bandwidth plot, when a family has them
 LINE_AXES = ("pack", "strategy", "algo")
 

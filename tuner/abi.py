@@ -1,0 +1,74 @@
+"""The run-time dims of the kernel ABI, defined once for every backend and every caller.
+
+Every variant, CUDA (``tunehub_run`` in ``kernel_templates/cuda/_tunehub_abi.cuh``) or CPU
+(``th_kernel`` in ``kernel_templates/cpu/_harness.h``), takes its problem's int dims as int64 in
+``problem.dim_names`` order, followed by:
+
+- reduce: the kind code (0 sum, 1 max, 2 mean), so ``[m, k, kind]``;
+- rms_norm: ``eps_bits``, the IEEE-754 bit pattern of the float32 eps read as an unsigned 32-bit
+  integer and held in the int64, so ``[m, k, eps_bits]`` (1e-6 -> 0x358637BD = 897988541).
+  eps is a run-time value, not part of the problem key (it does not change the speed); kernels
+  refuse a pattern outside [0, 0x7F800000), i.e. a negative, infinite or NaN eps. Tuning and
+  verification use :data:`RMS_NORM_EPS`.
+
+Inputs follow ``tuner.reference.make_inputs`` (rms_norm: x [m, k], then w [k]).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from tuner.problems import Problem, ReduceProblem, RmsNormProblem
+
+__all__ = [
+    "REDUCE_KIND_CODES",
+    "RMS_NORM_EPS",
+    "MAX_EPS_BITS",
+    "eps_bits",
+    "eps_from_bits",
+    "abi_dims",
+]
+
+#: reduce kind -> the code a kernel reads as its third dim
+REDUCE_KIND_CODES: dict[str, int] = {"sum": 0, "max": 1, "mean": 2}
+#: the eps every rms_norm variant is verified and timed with (Mistral's and Qwen2's)
+RMS_NORM_EPS = 1e-6
+#: eps bit patterns at or above this are refused (the sign bit, infinities and NaNs)
+MAX_EPS_BITS = 0x7F800000
+
+
+def eps_bits(eps: float) -> int:
+    """The float32 bit pattern of ``eps`` (rounded to float32) as a non-negative int.
+
+    ValueError for a negative, infinite or NaN eps, which the kernels refuse too."""
+    if not isinstance(eps, int | float) or isinstance(eps, bool):
+        raise ValueError(f"eps must be a number, got {eps!r}")
+    if not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
+    try:
+        (bits,) = struct.unpack("<I", struct.pack("<f", eps))
+    except OverflowError:
+        raise ValueError(f"eps {eps!r} does not fit a float32") from None
+    if bits >= MAX_EPS_BITS:
+        raise ValueError(f"eps {eps!r} does not fit a float32")
+    return int(bits)
+
+
+def eps_from_bits(bits: int) -> float:
+    """The float32 value a kernel reads from ``bits`` (as a Python float)."""
+    if not 0 <= bits < MAX_EPS_BITS:
+        raise ValueError(f"eps bits must be in [0, {MAX_EPS_BITS:#x}), got {bits:#x}")
+    (value,) = struct.unpack("<f", struct.pack("<I", bits))
+    return float(value)
+
+
+def abi_dims(problem: Problem, *, eps: float = RMS_NORM_EPS) -> list[int]:
+    """The ``dims`` array a variant of ``problem``'s op takes (see the module docstring);
+    ``eps`` is read for rms_norm only."""
+    dims = [int(v) for v in problem.int_dims().values()]
+    if isinstance(problem, ReduceProblem):
+        dims.append(REDUCE_KIND_CODES[problem.kind])
+    elif isinstance(problem, RmsNormProblem):
+        dims.append(eps_bits(eps))
+    return dims
