@@ -35,7 +35,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session
 
 from service.cli.serve import create_token_in_db, free_port
-from service.store.best import pick_winner, replaces_stored
+from service.store.best import decide_winner, replaces_stored
 from service.store.db import make_engine, upgrade
 from service.store.models import (
     BestConfig,
@@ -393,13 +393,20 @@ def test_no_measurement_is_lost_or_duplicated(team: Team) -> None:
 def test_each_winner_follows_the_store_rule_like_a_single_worker(team: Team) -> None:
     with team.session() as session:
         names = dict(session.execute(select(Variant.id, Variant.name)).all())
+        # the team job's leases named the reference job's winners as incumbents, which the
+        # rule prefers inside a tie (tuner.winner); the reference job had none
+        reference_winners: dict[str, str] = {}
         for job_id in (team.reference_job, team.team_job):
             for task in session.scalars(select(Task).where(Task.job_id == job_id)):
                 rows = list(
                     session.scalars(select(Measurement).where(Measurement.task_id == task.id))
                 )
-                winner = pick_winner(rows, names)
+                incumbent = reference_winners.get(task.problem_key)
+                decision = decide_winner(rows, names, incumbents=[incumbent] if incumbent else [])
+                winner = decision.winner
                 assert winner is not None and task.winner_measurement_id == winner.id
+                if job_id == team.reference_job:
+                    reference_winners[task.problem_key] = names[winner.variant_id]
 
 
 def _expected_best(session: Session, incumbent: Measurement, candidate: Measurement) -> Measurement:
