@@ -108,7 +108,7 @@ def test_odd_k_keeps_every_pack_and_renders(k: int) -> None:
         assert {p["pack"] for p in kept} == {1, 2, 4, 8}, (space.op, k)
         source = render(space, kept[-1])
         assert "head_of" in source or "split_row" in source
-        assert "k % kPack" not in source
+        assert "k % kPack != 0" not in source  # no refusal of odd k
 
 
 def test_softmax_shared_memory_mode_fits_rows_on_chip() -> None:
@@ -123,7 +123,9 @@ def test_softmax_shared_memory_mode_fits_rows_on_chip() -> None:
     assert ("block", "smem") in modes and ("warp", "smem") not in modes
     source = render(space, smem)
     assert "cudaFuncAttributeMaxDynamicSharedMemorySize" in source
-    assert "softmax_in_shared<<<" in source
+    # the aligned (plain vector loop) and the any-k instantiations, picked per launch
+    assert "softmax_in_shared<EDGES><<<" in source
+    assert "launch_in_shared<false>" in source and "launch_in_shared<true>" in source
 
 
 def test_every_k_of_the_sweep_keeps_candidates() -> None:
