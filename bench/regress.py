@@ -204,6 +204,9 @@ def summarise(row: dict[str, Any]) -> None:
         ratios = [b / a for a, b in pairs]
     ratio, noise = rule.ratio_and_noise(ratios)
     problem = problem_from_dict(row["op"], dict(row["problem"]))
+    torch_us = rounds.get("torch")
+    if torch_us:  # rows: torch.softmax / torch.sum, shown beside (not compared)
+        row["vs_torch"] = statistics.median(torch_us) / statistics.median(own)
     row.update(
         figure=_figure(row, "tunehub", statistics.median(own)),
         unit="TFLOP/s" if problem.flops() > 0 else "GB/s",

@@ -133,8 +133,7 @@ class CudaSoftmaxSpace(VariantSpace):
                     if mode == "smem" and strategy not in ("block", "cluster"):
                         continue
                     if strategy == "cluster" and not (
-                        mode == "reg"
-                        or (mode == "smem" and wide and threads in SPLIT_SMEM_THREADS)
+                        mode == "reg" or (mode == "smem" and wide and threads in SPLIT_SMEM_THREADS)
                     ):
                         continue
                     if mode == "stream" and strategy not in ("group", "warp"):
