@@ -8,7 +8,10 @@
   K = 64, 96, 128 and 1000, in registers and streamed, f16 / bf16 / f32;
 - the any-k ones (odd K: a scalar head and tail per row) at K = 4095 and 50257;
 - the split row in shared memory (a cluster of CTAs per row, each holding its share), on odd,
-  aligned and very short rows (CTAs holding no pack), and few long rows (M = 4, K = 256000).
+  aligned and very short rows (CTAs holding no pack), and few long rows (M = 4, K = 256000);
+- the grid split (few rows over every SM in one cooperative launch, a grid-wide barrier between
+  the (max, sum) exchange and the writes), which also checks that the launch is captured in
+  the harness's CUDA graph (a refused capture fails the run).
 
 Build the variants beforehand into the carried cache (no GPU needed) with
 ``python -c "from tests.gpu.test_cuda_softmax_rows import build_all; build_all('.cache/tunehub')"``.
@@ -67,6 +70,13 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("softmax", "f16", {"m": 4, "k": 256000}, _p(8, "cluster", 8, 256, "smem")),
     ("softmax", "f16", {"m": 4, "k": 256000}, _p(8, "cluster", 8, 512, "reg")),
     ("softmax", "f16", {"m": 1766, "k": 151936}, _p(8, "cluster", 4, 512, "smem")),
+    # the grid split (a cooperative launch over every SM): few long rows, odd and aligned
+    ("softmax", "f16", {"m": 4, "k": 256000}, _p(8, "grid", 256, 256, "reg")),
+    ("softmax", "f16", {"m": 4, "k": 256000}, _p(8, "grid", 512, 512, "reg")),
+    ("softmax", "f16", {"m": 1, "k": 128256}, _p(8, "grid", 256, 256, "reg")),
+    ("softmax", "f16", {"m": 8, "k": 256001}, _p(8, "grid", 256, 256, "reg")),
+    ("softmax", "bf16", {"m": 3, "k": 50257}, _p(8, "grid", 512, 512, "reg")),
+    ("softmax", "f32", {"m": 2, "k": 65537}, _p(4, "grid", 256, 256, "reg")),
 ]
 
 

@@ -20,6 +20,9 @@ enough to share an SM, and few rows still reach several SMs each. The split row 
 in storage precision, half the bytes of registers' floats, so several long rows' shares fit on
 one SM (a block per 100 KB row fits twice); it goes with the one-CTA shared-memory rows in the
 order for rows of more than ``_SPLIT_SMEM_ROW_BYTES``, last for shorter ones and few rows.
+The grid split ("grid", "reg" mode, at most ``FEW_ROWS`` rows) spreads few long rows over every
+SM in one cooperative launch: parts CTAs per row (as many as are resident), each holding its
+share in registers, a grid-wide barrier between the (max, sum) exchange and the writes.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ __all__ = [
     "MODES",
     "SMEM_OPTIN_BYTES",
     "SPLIT_SMEM_THREADS",
+    "GRID_THREADS",
     "max_values",
     "col_options",
     "smem_bytes",
@@ -69,6 +73,8 @@ def max_values(threads: int) -> int:
 
 #: threads per CTA of the split row in shared memory (small CTAs: several per SM)
 SPLIT_SMEM_THREADS = (256, 512)
+#: threads per CTA of the grid split (few rows: as many CTAs per row as the GPU holds)
+GRID_THREADS = (256, 512)
 #: rows longer than this (bytes) fit at most three times in one SM's shared memory as a block
 #: per row: the split row in shared memory goes beside the one-CTA rows in the order there
 _SPLIT_SMEM_ROW_BYTES = 64 * 1024
@@ -145,12 +151,26 @@ class CudaSoftmaxSpace(VariantSpace):
                         "threads": threads,
                         "mode": mode,
                     }
+            # few long rows over the whole GPU: a cooperative grid, rows held in registers
+            for threads in GRID_THREADS:
+                yield {
+                    "pack": pack,
+                    "strategy": "grid",
+                    "group": threads,
+                    "threads": threads,
+                    "mode": "reg",
+                }
 
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
         reason = prune_row_mapping(params, problem, layout)
         if reason is not None or params["mode"] == "2pass":
             return reason
         k = int(getattr(problem, "k"))  # noqa: B009
+        if params["strategy"] == "grid":
+            m = int(getattr(problem, "m"))  # noqa: B009
+            if m > FEW_ROWS:
+                return f"m={m}: the grid split is for at most {FEW_ROWS} rows"
+            return None
         if params["mode"] in ("smem", "pipe"):
             buffers = 2 if params["mode"] == "pipe" else 1
             ctas = int(params["group"]) if params["strategy"] == "cluster" else 1
@@ -177,11 +197,13 @@ class CudaSoftmaxSpace(VariantSpace):
         lose to a CTA per row when rows are many: a cluster reads its row in one burst, then
         waits on its peers, and few clusters fit.) Split rows in shared memory go after the
         one-CTA shared-memory rows where many rows are longer than ``_SPLIT_SMEM_ROW_BYTES``,
-        and last otherwise."""
+        and last otherwise. The grid split (few rows only) goes first."""
         m, k = int(getattr(problem, "m")), int(getattr(problem, "k"))  # noqa: B009
         long_rows = m > FEW_ROWS and k * ELEMENT_SIZE[dtype] > _SPLIT_SMEM_ROW_BYTES
 
         def rank(p: Params) -> tuple[int, int, int, int]:
+            if p["strategy"] == "grid":  # few rows: before the clusters (they reach 8 SMs a row)
+                return 0, -1, 0, 0
             split = split_rank(p, m)
             cluster = p["strategy"] == "cluster"
             shared_split = cluster and p["mode"] == "smem"

@@ -1,8 +1,10 @@
-"""The split row in shared memory (softmax "smem" mode with the cluster strategy): which
-variants exist, what they hold, where the order puts them, and that they build (no GPU)."""
+"""Softmax variants for long rows (no GPU): the split row in shared memory ("smem" mode with the
+cluster strategy) and the grid split for few rows ("grid": a cooperative launch over every SM):
+which variants exist, what they hold, where the order puts them, and that they build."""
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,13 @@ import pytest
 from tests.tuner.cuda_helpers import require_toolchain
 from tuner.backends.cuda import CudaBackend
 from tuner.problems import SoftmaxProblem
-from tuner.spaces.cuda_softmax import SPLIT_SMEM_THREADS, CudaSoftmaxSpace, smem_bytes
+from tuner.spaces.cuda_rows import FEW_ROWS
+from tuner.spaces.cuda_softmax import (
+    GRID_THREADS,
+    SPLIT_SMEM_THREADS,
+    CudaSoftmaxSpace,
+    smem_bytes,
+)
 from tuner.types import EngineConfig
 
 SPACE = CudaSoftmaxSpace()
@@ -95,3 +103,52 @@ def test_split_rows_in_shared_memory_build(tmp_path: Path, dtype: str) -> None:
     assert "softmax_split_shared<EDGES><<<" in variant.source
     built = backend.build([variant])[variant.id]
     assert built.ok, built.log[-2000:]
+
+
+def _grid(dtype: str, arch: str = "sm_90") -> list[dict]:
+    return [p for p in SPACE.enumerate(dtype, "row", arch) if p["strategy"] == "grid"]
+
+
+def test_grid_split_is_for_few_rows_on_every_arch() -> None:
+    for arch in ("sm_80", "sm_90"):
+        variants = _grid("f16", arch)
+        assert {p["threads"] for p in variants if p["pack"] == 8} == set(GRID_THREADS)
+        assert {p["mode"] for p in variants} == {"reg"}
+    grid = {"pack": 8, "strategy": "grid", "group": 256, "threads": 256, "mode": "reg"}
+    assert SPACE.name(grid, "f16", "row") == "softmax_f16_p8_grid_t256_reg"
+    assert SPACE.prune(grid, SoftmaxProblem(m=4, k=256000), "f16", "row") is None
+    # any length: the row spreads over as many CTAs as it needs
+    assert SPACE.prune(grid, SoftmaxProblem(m=1, k=2_000_000), "f16", "row") is None
+    reason = SPACE.prune(grid, SoftmaxProblem(m=FEW_ROWS + 1, k=256000), "f16", "row") or ""
+    assert "few" in reason or "at most" in reason
+    assert "idle" in (SPACE.prune(grid, SoftmaxProblem(m=4, k=1000), "f16", "row") or "")
+
+
+@pytest.mark.parametrize(("m", "k"), [(1, 128256), (4, 256000), (8, 151936)])
+def test_order_tries_the_grid_split_first_for_few_rows(m: int, k: int) -> None:
+    order = _order(m, k)
+    assert order[:2] == ["softmax_f16_p8_grid_t256_reg", "softmax_f16_p8_grid_t512_reg"]
+    assert order[2].startswith("softmax_f16_p8_c8_")
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_grid_split_builds_and_asks_for_its_workspace(tmp_path: Path, arch: str) -> None:
+    require_toolchain(lambda: None)
+    backend = CudaBackend(EngineConfig(cache_dir=str(tmp_path), compile_workers=2))
+    variants = [
+        backend.render(SPACE, p, dtype, "row", arch)
+        for dtype in ("f16", "bf16", "f32")
+        for p in _grid(dtype, arch)[-1:]
+    ]
+    builds = backend.build(variants)
+    for variant in variants:
+        built = builds[variant.id]
+        assert built.ok, (variant.name, built.log[-2000:])
+        assert "cudaLaunchAttributeCooperative" in variant.source
+        lib = ctypes.CDLL(str(built.artifact))
+        lib.tunehub_workspace_bytes.restype = ctypes.c_size_t
+        dims = (ctypes.c_int64 * 2)(4, 256000)
+        # one (max, sum) pair per CTA: at most 1024 CTAs a row
+        assert lib.tunehub_workspace_bytes(dims, 2) == 4 * 1024 * 8
+        # no GPU here: no CTA can be resident, so the variant refuses (TUNEHUB_UNSUPPORTED)
+        assert lib.tunehub_can_run(dims, 2) == 3
