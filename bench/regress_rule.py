@@ -167,7 +167,7 @@ def format_table(
     """One line per shape, at most 80 columns: figure, ratio to the reference, the recorded
     ratio, this run's noise, the verdict."""
     records = baseline.get("shapes", {})
-    head = f"{'op':<7} {'shape':<24} {'figure':>13} {'ratio':>6} {'rec':>6} {'noise':>6} {'':<8}"
+    head = f"{'op':<7} {'shape':<22} {'figure':>15} {'ratio':>6} {'rec':>6} {'noise':>6}"
     lines = [head.rstrip(), "-" * 79]
     for key, found_verdict in found.items():
         result = results.get(key) or {}
@@ -177,8 +177,8 @@ def format_table(
         unit = result.get("unit") or record.get("unit") or ""
         cells = [
             f"{op:<7}",
-            f"{shape[:24]:<24}",
-            f"{figure:>7.0f} {unit:<5}" if figure else f"{'-':>13}",
+            f"{shape[:22]:<22}",
+            f"{figure:>7.0f} {unit:<7}" if figure else f"{'-':>15}",
             f"{result['ratio']:>6.3f}" if result.get("ratio") else f"{'-':>6}",
             f"{record['ratio']:>6.3f}" if record.get("ratio") else f"{'-':>6}",
             f"{result['noise']:>6.1%}" if result.get("noise") is not None else f"{'-':>6}",
