@@ -1,6 +1,6 @@
 """Pieces shared by the vendor comparisons of one op (bench/vs_vendor_gemm.py,
-bench/vs_vendor_conv.py): a tuning result's summary, the geomean, and timing a row's
-artifacts (the tuned winner, the vendor's default) in the harness."""
+bench/vs_vendor_conv.py) and bench/regress.py: a tuning result's summary, the geomean, and
+timing a row's artifacts (the tuned winner, the vendor's default) in the harness."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ __all__ = [
     "artifact_timer",
     "geomean",
     "interleaved_medians",
+    "interleaved_rounds",
     "launch_timer",
     "summary",
     "time_artifacts",
@@ -48,6 +49,15 @@ def interleaved_medians(
     medians. One window per label in a fixed order is biased: on a power-capped GPU the same
     kernel measured 92 and 96 us as two labels of one row (H200, 2026-12-04 07:13 run).
     A failing label goes into ``row["compare_errors"]`` and leaves the later rounds."""
+    medians = interleaved_rounds(timers, row, rounds)
+    return {label: statistics.median(values) for label, values in medians.items() if values}
+
+
+def interleaved_rounds(
+    timers: dict[str, Timer], row: dict[str, Any], rounds: int = 1
+) -> dict[str, list[float]]:
+    """The rounds of ``interleaved_medians``: each label's median microseconds per round, in
+    round order (shorter where a label failed; its error is in ``row["compare_errors"]``)."""
     medians: dict[str, list[float]] = {label: [] for label in timers}
     active = list(timers)
     for round_no in range(rounds):
@@ -64,7 +74,7 @@ def interleaved_medians(
                 medians[label].append(statistics.median(samples))
             else:
                 active.remove(label)
-    return {label: statistics.median(values) for label, values in medians.items() if values}
+    return medians
 
 
 def artifact_timer(harness: Any, req: dict[str, Any], artifact: str) -> Timer:

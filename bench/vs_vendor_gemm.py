@@ -12,7 +12,7 @@ M = 2048 and decode M = 1, 4, 16, 64, plus two odd sizes that are no multiple of
 Phase 1 tunes every shape with the engine (CUDA backend, harness subprocess), then tunes every
 shape again (same compile cache: the stability check). The budget per shape is every
 cuBLASLt algorithm discovery keeps (the heuristic's, then up to 24 enumerated beyond them) plus
-the heads of the other families (see ``_budget``), at most ``--max-variants``. Phase 2 loads
+the heads of the other families (see ``gemm_budget``), at most ``--max-variants``. Phase 2 loads
 the winners into this process and times them, the vendor default (cuBLASLt heuristic #0, the
 same build the tuner ran) and torch.matmul (cuBLAS) with one function (batches of back-to-back
 launches in a CUDA graph, input sets rotated over >= 2x L2, CUDA events, median), interleaved
@@ -33,6 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.vendor_common import (  # noqa: E402
+    Timer,
     artifact_timer,
     geomean,
     interleaved_medians,
@@ -85,7 +86,7 @@ def _lt_source(params: dict[str, Any] | None, discovery: list[dict[str, Any]]) -
     return None
 
 
-def _budget(m: int, vendor_algos: int, cap: int) -> int:
+def gemm_budget(m: int, vendor_algos: int, cap: int) -> int:
     """Every cuBLASLt algorithm, the swap-AB head (2 <= m <= 16), the skinny head (m <= 4) and
     the CUTLASS head (m > 16)."""
     from tuner.spaces import cuda_gemm as cg
@@ -120,7 +121,7 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
                     d for d in discovery if d.get("source", SOURCE_HEURISTIC) == SOURCE_HEURISTIC
                 ]
                 budget = Budget(
-                    max_variants=_budget(problem.m, len(found), args.max_variants),
+                    max_variants=gemm_budget(problem.m, len(found), args.max_variants),
                     max_seconds=args.shape_seconds,
                 )
                 request = TuneRequest("gemm", DTYPE, LAYOUT, problem, "cuda", budget=budget)
@@ -189,6 +190,19 @@ def _stable(row: dict[str, Any]) -> bool | None:
     return bool(previous and best and previous <= best * (1 + TIE_BAND))
 
 
+def matmul_timer(torch: Any, harness: Any, req: dict[str, Any], timing: dict[str, Any]) -> Timer:
+    """torch.matmul (cuBLAS) on the harness's input sets of ``req`` (rcr: W stored [n,k]),
+    timed as the harness times a variant."""
+    work = harness.workload_for(req)
+    pairs = [(ins[0], ins[1].t(), out) for ins, out in zip(work.inputs, work.outputs, strict=True)]
+
+    def cublas(i: int, stream: int) -> None:
+        a, b, c = pairs[i]
+        torch.matmul(a, b, out=c)
+
+    return launch_timer(harness, cublas, len(pairs), timing)
+
+
 def phase_compare(rows: list[dict[str, Any]], deadline: float) -> float:
     """Re-time winners, the vendor default and torch.matmul in this process, interleaved in
     rounds (``interleaved_medians``)."""
@@ -214,15 +228,6 @@ def phase_compare(rows: list[dict[str, Any]], deadline: float) -> float:
             **COMPARE_TIMING,
             "abort_us": None,
         }
-        work = harness.workload_for(req)
-        pairs = [
-            (ins[0], ins[1].t(), out) for ins, out in zip(work.inputs, work.outputs, strict=True)
-        ]
-
-        def cublas(i: int, stream: int, pairs: list = pairs) -> None:
-            a, b, c = pairs[i]
-            torch.matmul(a, b, out=c)
-
         timers = {
             label: artifact_timer(harness, req, artifact)
             for label, artifact in (
@@ -231,7 +236,7 @@ def phase_compare(rows: list[dict[str, Any]], deadline: float) -> float:
             )
             if artifact
         }
-        timers["cublas"] = launch_timer(harness, cublas, len(pairs), COMPARE_TIMING)
+        timers["cublas"] = matmul_timer(torch, harness, req, COMPARE_TIMING)
         times = interleaved_medians(timers, row, COMPARE_ROUNDS)
         torch.cuda.synchronize()
         row["times_us"] = times

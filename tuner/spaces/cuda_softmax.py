@@ -15,7 +15,14 @@ any k; it is offered for the warp and block mappings only, since
 long rows are where it matters. The split-row ("cluster") mapping runs in "reg" mode only: a
 cluster of 2-8 CTAs holds one row in registers and exchanges (max, sum) pairs through
 distributed shared memory, so rows up to 262,144 f16 elements are read once, by CTAs small
-enough to share an SM, and few rows still reach several SMs each.
+enough to share an SM, and few rows still reach several SMs each. The split row also runs in
+"smem" mode (16-byte packs, 256 or 512 threads a CTA): each CTA keeps its share in shared memory
+in storage precision, half the bytes of registers' floats, so several long rows' shares fit on
+one SM (a block per 100 KB row fits twice); it goes with the one-CTA shared-memory rows in the
+order for rows of more than ``_SPLIT_SMEM_ROW_BYTES``, last for shorter ones and few rows.
+The grid split ("grid", "reg" mode, at most ``FEW_ROWS`` rows) spreads few long rows over every
+SM in one cooperative launch: parts CTAs per row (as many as are resident), each holding its
+share in registers, a grid-wide barrier between the (max, sum) exchange and the writes.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ __all__ = [
     "CudaSoftmaxSpace",
     "MODES",
     "SMEM_OPTIN_BYTES",
+    "SPLIT_SMEM_THREADS",
+    "GRID_THREADS",
     "max_values",
     "col_options",
     "smem_bytes",
@@ -62,9 +71,20 @@ def max_values(threads: int) -> int:
     return min(128, 32768 // threads)
 
 
-def smem_bytes(k: int, pack: int, dtype: str) -> int:
-    """Dynamic shared memory the "smem" kernel asks for (mirrors ``smem_bytes`` in the template)."""
-    return -(-k // pack) * pack * ELEMENT_SIZE[dtype]
+#: threads per CTA of the split row in shared memory (small CTAs: several per SM)
+SPLIT_SMEM_THREADS = (256, 512)
+#: threads per CTA of the grid split (few rows: as many CTAs per row as the GPU holds)
+GRID_THREADS = (256, 512)
+#: rows longer than this (bytes) fit at most three times in one SM's shared memory as a block
+#: per row: the split row in shared memory goes beside the one-CTA rows in the order there
+_SPLIT_SMEM_ROW_BYTES = 64 * 1024
+
+
+def smem_bytes(k: int, pack: int, dtype: str, ctas: int = 1) -> int:
+    """Dynamic shared memory one CTA of the "smem" kernel asks for: the row, or its share of
+    ``ctas`` (mirrors ``smem_bytes`` and ``split_smem_bytes`` in the template)."""
+    packs = -(-k // pack)
+    return -(-packs // ctas) * pack * ELEMENT_SIZE[dtype]
 
 
 #: values per thread up to which a register-resident row still leaves room for several CTAs per
@@ -113,11 +133,14 @@ class CudaSoftmaxSpace(VariantSpace):
                 for strategy, group, threads in row_mappings(arch):
                     if mode == "2pass" and strategy == "group":
                         continue
-                    if mode in ("smem", "pipe") and strategy != "block":
+                    wide = pack * ELEMENT_SIZE[dtype] == 16
+                    if mode == "pipe" and (strategy != "block" or not wide):
                         continue
-                    if mode == "pipe" and pack * ELEMENT_SIZE[dtype] != 16:
+                    if mode == "smem" and strategy not in ("block", "cluster"):
                         continue
-                    if mode != "reg" and strategy == "cluster":
+                    if strategy == "cluster" and not (
+                        mode == "reg" or (mode == "smem" and wide and threads in SPLIT_SMEM_THREADS)
+                    ):
                         continue
                     if mode == "stream" and strategy not in ("group", "warp"):
                         continue
@@ -128,15 +151,30 @@ class CudaSoftmaxSpace(VariantSpace):
                         "threads": threads,
                         "mode": mode,
                     }
+            # few long rows over the whole GPU: a cooperative grid, rows held in registers
+            for threads in GRID_THREADS:
+                yield {
+                    "pack": pack,
+                    "strategy": "grid",
+                    "group": threads,
+                    "threads": threads,
+                    "mode": "reg",
+                }
 
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
         reason = prune_row_mapping(params, problem, layout)
         if reason is not None or params["mode"] == "2pass":
             return reason
         k = int(getattr(problem, "k"))  # noqa: B009
+        if params["strategy"] == "grid":
+            m = int(getattr(problem, "m"))  # noqa: B009
+            if m > FEW_ROWS:
+                return f"m={m}: the grid split is for at most {FEW_ROWS} rows"
+            return None
         if params["mode"] in ("smem", "pipe"):
             buffers = 2 if params["mode"] == "pipe" else 1
-            need = buffers * smem_bytes(k, int(params["pack"]), dtype)
+            ctas = int(params["group"]) if params["strategy"] == "cluster" else 1
+            need = buffers * smem_bytes(k, int(params["pack"]), dtype, ctas)
             if need > SMEM_OPTIN_BYTES:
                 return f"k={k} needs {need} bytes of shared memory (at most {SMEM_OPTIN_BYTES})"
             return None
@@ -155,18 +193,26 @@ class CudaSoftmaxSpace(VariantSpace):
         """Widest pack first. Within a pack: with few rows the split rows (most CTAs first);
         then rows in registers of one CTA at a light register load, rows in shared memory
         (pipelined first), split rows (many rows), rows in registers at a heavy load (one CTA
-        per SM), two passes last. (On the H200, run 4 and its probe: split rows lose to a CTA
-        per row when rows are many: a cluster reads its row in one burst, then waits on its
-        peers.)"""
+        per SM), two passes last. (On the H200, run 4 and its probe: split rows in registers
+        lose to a CTA per row when rows are many: a cluster reads its row in one burst, then
+        waits on its peers, and few clusters fit.) Split rows in shared memory go after the
+        one-CTA shared-memory rows where many rows are longer than ``_SPLIT_SMEM_ROW_BYTES``,
+        and last otherwise. The grid split (few rows only) goes first."""
         m, k = int(getattr(problem, "m")), int(getattr(problem, "k"))  # noqa: B009
+        long_rows = m > FEW_ROWS and k * ELEMENT_SIZE[dtype] > _SPLIT_SMEM_ROW_BYTES
 
         def rank(p: Params) -> tuple[int, int, int, int]:
+            if p["strategy"] == "grid":  # few rows: before the clusters (they reach 8 SMs a row)
+                return 0, -1, 0, 0
             split = split_rank(p, m)
             cluster = p["strategy"] == "cluster"
-            first = 0 if cluster and m <= FEW_ROWS else 1
+            shared_split = cluster and p["mode"] == "smem"
+            first = 0 if cluster and m <= FEW_ROWS and not shared_split else 1
             if p["mode"] in REG_MODES:
                 light = reg_values(p, k) <= _LIGHT_REG_VALUES
                 weight = (2 if cluster and first else 0) if light else 3
+            elif shared_split:
+                weight = 1 if long_rows else 5
             else:
                 weight = 1 if p["mode"] in ("pipe", "smem") else 4
             return first, weight, split, MODES.index(p["mode"])

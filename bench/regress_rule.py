@@ -1,0 +1,196 @@
+"""The comparison rule and the baseline file of bench/regress.py (no GPU, no torch).
+
+A shape's **ratio** is tunehub's figure over its reference's, both timed in the same
+interleaved rounds: GB/s over the device copy's GB/s for rows (reduce, softmax), the vendor's
+time over tunehub's for GEMM (cuBLAS through torch.matmul) and conv2d (cuDNN's default engine
+config). Each round gives one ratio; the shape's ratio is their median and its **noise** is
+half their spread (max - min) over that median. The ratio, not the figure, is compared: clocks
+and the power cap move a figure by several percent between runs, and the reference moves
+with it. The figure (GB/s, TFLOP/s) is recorded and shown beside it.
+
+**Rule** (``verdict``): with the recorded ratio R and noise N, this run's ratio r and noise n,
+
+    tolerance = max(2 x max(n, N), 3%);   the shape fails ("drop") when r < R x (1 - tolerance)
+
+A shape without a recorded ratio is "new" and never fails; a recorded shape that this run
+could not measure (no verified winner, a failed timing) is "lost" and fails; one the run did
+not reach (deadline, ``--only``/``--quick``) is "skipped" and fails only where a run meant to
+cover the whole list ran out of time (the caller decides). ``--update`` rewrites the records
+of every measured shape from the run (date, device, commit with each) and keeps the others.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "MIN_TOLERANCE",
+    "NOISE_FACTOR",
+    "FAILING",
+    "Verdict",
+    "format_table",
+    "load_baseline",
+    "ratio_and_noise",
+    "save_baseline",
+    "updated_baseline",
+    "verdict",
+    "verdicts",
+]
+
+#: the smallest tolerance of the rule (a drop below this is never reported)
+MIN_TOLERANCE = 0.03
+#: the tolerance is this many times the larger noise (this run's or the record's)
+NOISE_FACTOR = 2.0
+#: statuses that make the run fail
+FAILING = ("drop", "lost")
+#: the baseline file's format version
+FORMAT = 1
+
+
+def ratio_and_noise(round_ratios: list[float]) -> tuple[float, float]:
+    """The median of the per-round ratios and half their spread over it (0 for one round)."""
+    values = [r for r in round_ratios if r > 0]
+    if not values:
+        raise ValueError("no positive ratio")
+    median = statistics.median(values)
+    return median, (max(values) - min(values)) / 2.0 / median
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One shape's outcome: ``ok``, ``drop``, ``new``, ``lost`` or ``skipped``."""
+
+    status: str
+    #: the relative tolerance the rule applied (None where nothing was compared)
+    tolerance: float | None = None
+    #: the lowest ratio that still passes
+    floor: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.status in FAILING
+
+
+def verdict(result: dict[str, Any] | None, record: dict[str, Any] | None) -> Verdict:
+    """The rule of the module doc for one shape (``result`` as bench/regress.py writes it:
+    ``ratio``, ``noise``; None or no ratio where the run did not measure it)."""
+    recorded = record.get("ratio") if record else None
+    if result is None or result.get("skipped"):
+        return Verdict("skipped")
+    ratio = result.get("ratio")
+    if ratio is None:
+        return Verdict("lost" if recorded is not None else "new")
+    if recorded is None or record is None:
+        return Verdict("new")
+    noise = max(float(result.get("noise") or 0.0), float(record.get("noise") or 0.0))
+    tolerance = max(NOISE_FACTOR * noise, MIN_TOLERANCE)
+    floor = float(recorded) * (1.0 - tolerance)
+    return Verdict("drop" if ratio < floor else "ok", tolerance, floor)
+
+
+def verdicts(results: dict[str, dict[str, Any]], baseline: dict[str, Any]) -> dict[str, Verdict]:
+    """Every shape of the run, by key (a record of a shape no longer in the list is kept, not
+    judged)."""
+    records = baseline.get("shapes", {})
+    return {key: verdict(result, records.get(key)) for key, result in results.items()}
+
+
+def load_baseline(path: Path) -> dict[str, Any]:
+    """The baseline file, or an empty one where it does not exist yet."""
+    if not path.exists():
+        return {"format": FORMAT, "rule": _rule_line(), "shapes": {}}
+    data = json.loads(path.read_text())
+    if data.get("format") != FORMAT or not isinstance(data.get("shapes"), dict):
+        raise ValueError(f"{path}: not a regress baseline of format {FORMAT}")
+    return data
+
+
+def save_baseline(path: Path, data: dict[str, Any]) -> None:
+    """Written sorted and indented, so that a change reads as a small diff."""
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def _rule_line() -> str:
+    return (
+        f"fail when ratio < recorded x (1 - max({NOISE_FACTOR:g} x max(noise, recorded noise), "
+        f"{MIN_TOLERANCE:.0%})); see bench/regress_rule.py"
+    )
+
+
+#: the fields of a result that a record keeps
+_RECORDED = ("op", "problem", "unit", "reference", "figure", "ratio", "noise", "winner")
+
+
+def updated_baseline(
+    baseline: dict[str, Any], results: dict[str, dict[str, Any]], meta: dict[str, Any]
+) -> dict[str, Any]:
+    """``baseline`` with every measured shape of ``results`` recorded anew (``meta``: date,
+    device, commit of the run); the shapes the run did not measure keep their records."""
+    shapes = dict(baseline.get("shapes", {}))
+    for key, result in results.items():
+        if result.get("ratio") is None:
+            continue
+        record = {name: result.get(name) for name in _RECORDED}
+        record.update(
+            date=meta.get("date"),
+            device=meta.get("device"),
+            commit=meta.get("commit"),
+            source=meta.get("source", "bench/regress.py --update"),
+        )
+        shapes[key] = record
+    return {"format": FORMAT, "rule": _rule_line(), "shapes": shapes}
+
+
+def _short(key: str) -> tuple[str, str]:
+    """(op, shape) cells that fit the table: gemm m,n,k; conv2d n,h,c,k,r/stride; rows m,k."""
+    op, _, dims = key.partition(" ")
+    values = dict(part.split("=", 1) for part in dims.split(",") if "=" in part)
+    if op == "conv2d":
+        shape = (
+            f"n{values['n']} {values['h']}x{values['w']} {values['c']}>{values['k']} "
+            f"{values['r']}x{values['s']}/{values['stride']}"
+        )
+    elif op == "gemm":
+        shape = f"{values['m']}x{values['n']}x{values['k']}"
+    else:
+        shape = f"{values['m']}x{values['k']}"
+    return op, shape
+
+
+def format_table(
+    results: dict[str, dict[str, Any]], baseline: dict[str, Any], found: dict[str, Verdict]
+) -> str:
+    """One line per shape, at most 80 columns: figure, ratio to the reference, the recorded
+    ratio, this run's noise, the verdict."""
+    records = baseline.get("shapes", {})
+    head = f"{'op':<7} {'shape':<22} {'figure':>15} {'ratio':>6} {'rec':>6} {'noise':>6}"
+    lines = [head.rstrip(), "-" * 79]
+    for key, found_verdict in found.items():
+        result = results.get(key) or {}
+        record = records.get(key) or {}
+        op, shape = _short(key)
+        figure = result.get("figure")
+        unit = result.get("unit") or record.get("unit") or ""
+        cells = [
+            f"{op:<7}",
+            f"{shape[:22]:<22}",
+            f"{figure:>7.0f} {unit:<7}" if figure else f"{'-':>15}",
+            f"{result['ratio']:>6.3f}" if result.get("ratio") else f"{'-':>6}",
+            f"{record['ratio']:>6.3f}" if record.get("ratio") else f"{'-':>6}",
+            f"{result['noise']:>6.1%}" if result.get("noise") is not None else f"{'-':>6}",
+            found_verdict.status.upper() if found_verdict.failed else found_verdict.status,
+        ]
+        lines.append(" ".join(cells))
+    failed = [key for key, v in found.items() if v.failed]
+    skipped = [key for key, v in found.items() if v.status == "skipped"]
+    lines += [
+        "-" * 79,
+        f"{len(failed)} failing, {len(skipped)} skipped of {len(found)} shapes; ratio: GB/s over "
+        "the copy's (rows),",
+        "the vendor's time over tunehub's (gemm, conv2d); rule: bench/regress_rule.py",
+    ]
+    return "\n".join(lines)
