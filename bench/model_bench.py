@@ -4,6 +4,7 @@ torch.compile and tunehub's PyTorch ops, timed side by side in one process (not 
     python bench/model_bench.py run --arms eager,tunableop,compile,tunehub --out OUT
     python bench/model_bench.py record --shapes OUT/shapes.jsonl      # the untuned shapes
     python bench/model_bench.py resnet --arms eager,tunehub --batches 1,8 --out OUT
+    python bench/model_bench.py list     # precompile commands for every shape of the run
 
 bench/h200_model_run.sh runs the whole flow on the H200: a service and a CUDA worker, the
 recorded shapes tuned with ``tunehub tune --from-file``, the arms, and a second process on an
@@ -36,12 +37,19 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.model_decoder import MISTRAL_7B, QWEN25_7B, Decoder, DecoderDims, TorchOps  # noqa: E402
+from bench.model_decoder import (  # noqa: E402
+    MISTRAL_7B,
+    QWEN25_7B,
+    TINY,
+    Decoder,
+    DecoderDims,
+    TorchOps,
+)
 from bench.vendor_common import interleaved_medians  # noqa: E402
 
 log = logging.getLogger("model_bench")
 
-MODELS = {"mistral-7b": MISTRAL_7B, "qwen2.5-7b": QWEN25_7B}
+MODELS = {"mistral-7b": MISTRAL_7B, "qwen2.5-7b": QWEN25_7B, "tiny": TINY}
 ARMS = ("eager", "tunableop", "compile", "tunehub")
 #: op classes of the breakdown (bench/model_decoder.py scopes)
 SCOPES = ("linear", "rms_norm", "attention", "rotary", "silu_mul", "softmax")
@@ -71,53 +79,60 @@ class TunehubOps:
 # -- timing ----------------------------------------------------------------------------------
 
 
-def graph_timer(graph: torch.cuda.CUDAGraph, replays: int) -> Callable[[], list[float]]:
-    """One timing window: ``replays`` back-to-back replays, each sample its mean in us."""
+class Runtime:
+    """Where the bench runs: CUDA (graphs, events) or, for a smoke run of the whole flow on a
+    machine without a GPU (``--device cpu``, f32), plain calls and a wall clock."""
 
-    def window() -> list[float]:
-        samples = []
-        for _ in range(3):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(replays):
-                graph.replay()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1000.0 / replays)
-        return samples
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.cuda = device == "cuda"
 
-    return window
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
 
-
-def call_timer(fn: Callable[[], Any], reps: int) -> Callable[[], list[float]]:
-    def window() -> list[float]:
-        samples = []
-        for _ in range(reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+    def elapsed_us(self, fn: Callable[[], Any], calls: int) -> float:
+        """Microseconds per call of ``fn`` over ``calls`` back-to-back calls."""
+        if not self.cuda:
+            started = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            return (time.perf_counter() - started) * 1e6 / calls
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
             fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1000.0)
-        return samples
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1000.0 / calls
 
-    return window
-
-
-def capture(fn: Callable[[], Any], warmup: int = 3) -> torch.cuda.CUDAGraph:
-    """Warm ``fn`` up on a side stream (lazy loads, tuning, lookups happen here), then capture."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(warmup):
+    def capture(self, fn: Callable[[], Any], warmup: int = 3) -> Callable[[], Any]:
+        """Warm ``fn`` up (lazy loads, tuning, lookups happen here), then capture it in a CUDA
+        graph on a side stream; returns what replays it (on the CPU: ``fn`` itself)."""
+        if not self.cuda:
+            for _ in range(warmup):
+                fn()
+            return fn
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(warmup):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
             fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    torch.cuda.synchronize()
-    return graph
+        torch.cuda.synchronize()
+        return graph.replay
+
+
+def replay_timer(
+    runtime: Runtime, replay: Callable[[], Any], replays: int, windows: int = 3
+) -> Callable[[], list[float]]:
+    """One timing window: ``windows`` samples, each the mean of ``replays`` back-to-back
+    replays, in microseconds."""
+    return lambda: [runtime.elapsed_us(replay, replays) for _ in range(windows)]
 
 
 # -- arms ------------------------------------------------------------------------------------
@@ -157,81 +172,97 @@ class Arm:
             torch.cuda.tunable.enable(False)
 
 
-def breakdown(model: Decoder, arm: Arm, step: Callable[[], Any], steps: int = 3) -> dict[str, Any]:
+def breakdown(
+    runtime: Runtime, model: Decoder, arm: Arm, step: Callable[[], Any], steps: int = 3
+) -> dict[str, Any]:
     """Device microseconds per op class (per kernel name for the compiled arm) of one step."""
     from torch.profiler import ProfilerActivity, profile
 
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if runtime.cuda else [])
     with arm:
         model.profile_scopes = arm.name != "compile"
         step()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        runtime.sync()
+        with profile(activities=activities) as prof:
             for _ in range(steps):
                 step()
-            torch.cuda.synchronize()
+            runtime.sync()
         model.profile_scopes = False
     averages = prof.key_averages()
 
     def device_us(event: Any) -> float:
+        if not runtime.cuda:
+            return float(event.cpu_time_total)
         return float(getattr(event, "device_time_total", 0.0) or event.cuda_time_total)
 
-    kernels = [e for e in averages if e.device_type == torch.autograd.DeviceType.CUDA]
-    total = sum(device_us(e) for e in kernels) / steps
+    if runtime.cuda:
+        kernels = [e for e in averages if e.device_type == torch.autograd.DeviceType.CUDA]
+        total = sum(device_us(e) for e in kernels) / steps
+    else:  # the CPU smoke run: the scopes' own time against the whole step's
+        kernels = []
+        total = sum(device_us(e) for e in averages if e.key in SCOPES) / steps
     if arm.name == "compile":
         top = sorted(kernels, key=device_us, reverse=True)[:12]
         parts = {e.key[:60]: round(device_us(e) / steps, 1) for e in top}
     else:
         parts = {e.key: round(device_us(e) / steps, 1) for e in averages if e.key in SCOPES}
-        parts["other"] = round(total - sum(parts.values()), 1)
+        parts["other"] = round(max(0.0, total - sum(parts.values())), 1)
     return {"total_us": round(total, 1), "parts_us": parts}
 
 
 def decode_rows(
-    model: Decoder, arms: list[Arm], batches: list[int], args: argparse.Namespace
+    runtime: Runtime, model: Decoder, arms: list[Arm], args: argparse.Namespace
 ) -> list[dict[str, Any]]:
     rows = []
-    for batch in batches:
+    for batch in _batches(args):
         cache = model.new_cache(batch, args.cache_len)
-        tokens = torch.randint(0, model.dims.vocab, (batch, 1), device="cuda")
-        position = torch.tensor([args.position], device="cuda")
+        tokens = torch.randint(0, model.dims.vocab, (batch, 1), device=runtime.device)
+        position = torch.tensor([args.position], device=runtime.device)
         step = functools.partial(model.decode_step, tokens, position, cache)
-        graphs: dict[str, torch.cuda.CUDAGraph] = {}
+        replays: dict[str, Callable[[], Any]] = {}
         row: dict[str, Any] = {"phase": "decode", "batch": batch, "arms": {}}
         for arm in arms:
             started = time.monotonic()
             try:
                 with arm:
-                    graphs[arm.name] = capture(step)
+                    replays[arm.name] = runtime.capture(step)
             except Exception as exc:  # one arm's failure is reported; the others go on
                 log.exception("decode batch %d: arm %s failed", batch, arm.name)
                 row["arms"][arm.name] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
                 continue
             row["arms"][arm.name] = {"setup_s": round(time.monotonic() - started, 1)}
-        timers = {name: graph_timer(graph, args.replays) for name, graph in graphs.items()}
+        timers = {
+            name: replay_timer(runtime, replay, args.replays) for name, replay in replays.items()
+        }
         medians = interleaved_medians(timers, row, rounds=args.rounds)
         for name, us in medians.items():
             row["arms"][name].update({"step_us": round(us, 1), "tokens_per_s": batch * 1e6 / us})
         for arm in arms:
-            if arm.name in graphs and args.breakdown:
-                row["arms"][arm.name]["breakdown"] = breakdown(model, arm, step)
-        graphs.clear()
-        torch.cuda.empty_cache()
+            if arm.name in medians and args.breakdown:
+                row["arms"][arm.name]["breakdown"] = breakdown(runtime, model, arm, step)
+        replays.clear()
+        if runtime.cuda:
+            torch.cuda.empty_cache()
         rows.append(row)
         log.info("decode batch %d: %s", batch, _summary(row))
     return rows
 
 
-def prefill_row(model: Decoder, arms: list[Arm], tokens_n: int, args: argparse.Namespace) -> dict:
-    tokens = torch.randint(0, model.dims.vocab, (1, tokens_n), device="cuda")
+def prefill_row(
+    runtime: Runtime, model: Decoder, arms: list[Arm], args: argparse.Namespace
+) -> dict[str, Any]:
+    """One prompt's forward, as plain launches (no graph), timed in interleaved rounds."""
+    tokens_n = args.prefill
+    tokens = torch.randint(0, model.dims.vocab, (1, tokens_n), device=runtime.device)
     row: dict[str, Any] = {"phase": "prefill", "batch": 1, "tokens": tokens_n, "arms": {}}
     timers = {}
     for arm in arms:
         started = time.monotonic()
         try:
-            with arm, torch.no_grad():
+            with arm:
                 for _ in range(2):
                     model.prefill(tokens)
-                torch.cuda.synchronize()
+                runtime.sync()
         except Exception as exc:
             log.exception("prefill: arm %s failed", arm.name)
             row["arms"][arm.name] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
@@ -242,7 +273,7 @@ def prefill_row(model: Decoder, arms: list[Arm], tokens_n: int, args: argparse.N
             with arm:
                 model.prefill(tokens)
 
-        timers[arm.name] = call_timer(run, 3)
+        timers[arm.name] = replay_timer(runtime, run, 1)
     medians = interleaved_medians(timers, row, rounds=args.rounds)
     for name, us in medians.items():
         row["arms"][name].update({"step_us": round(us, 1), "tokens_per_s": tokens_n * 1e6 / us})
@@ -250,7 +281,7 @@ def prefill_row(model: Decoder, arms: list[Arm], tokens_n: int, args: argparse.N
         for arm in arms:
             if arm.name in medians:
                 row["arms"][arm.name]["breakdown"] = breakdown(
-                    model, arm, lambda: model.prefill(tokens), steps=1
+                    runtime, model, arm, functools.partial(model.prefill, tokens), steps=1
                 )
     log.info("prefill %d: %s", tokens_n, _summary(row))
     return row
@@ -277,29 +308,41 @@ def _dims(args: argparse.Namespace) -> DecoderDims:
     return replace(dims, layers=args.layers) if args.layers else dims
 
 
+def _batches(args: argparse.Namespace) -> list[int]:
+    return [int(b) for b in args.batches.split(",") if b]
+
+
+def _model(args: argparse.Namespace, runtime: Runtime, ops: Any) -> Decoder:
+    # the CPU smoke run uses f32: the CPU backend's kernels are f32
+    dtype = torch.float16 if runtime.cuda else torch.float32
+    return Decoder(
+        _dims(args), ops, dtype=dtype, device=runtime.device, max_positions=args.cache_len
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    runtime = Runtime(args.device)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     started = time.monotonic()
-    model = Decoder(_dims(args), TorchOps(), dtype=torch.float16, max_positions=args.cache_len)
+    model = _model(args, runtime, TorchOps())
     arms = [Arm(name, model, out) for name in args.arms.split(",")]
     report: dict[str, Any] = {
         "model": model.dims.name,
         "layers": model.dims.layers,
-        "dtype": "f16",
-        "device": torch.cuda.get_device_name(),
+        "dtype": str(model.dtype).removeprefix("torch."),
+        "device": torch.cuda.get_device_name() if runtime.cuda else "cpu",
         "torch": torch.__version__,
         "cache_len": args.cache_len,
         "position": args.position,
-        "weight_bytes": model.dims.weight_bytes(2),
+        "weight_bytes": model.dims.weight_bytes(model.embed.element_size()),
         "rows": [],
     }
     with torch.no_grad():
-        batches = [int(b) for b in args.batches.split(",") if b]
-        report["rows"] += decode_rows(model, arms, batches, args)
+        report["rows"] += decode_rows(runtime, model, arms, args)
         if args.prefill:
-            report["rows"].append(prefill_row(model, arms, args.prefill, args))
+            report["rows"].append(prefill_row(runtime, model, arms, args))
     if any(arm.name == "tunehub" for arm in arms):
         report["tunehub"] = arms_stats()
     report["seconds"] = round(time.monotonic() - started, 1)
@@ -320,24 +363,65 @@ def cmd_record(args: argparse.Namespace) -> int:
     shape the op library has no answer for lands in ``--shapes``."""
     from service.integrations import torch as tunehub_torch
 
-    model = Decoder(_dims(args), TunehubOps(), dtype=torch.float16, max_positions=args.cache_len)
+    runtime = Runtime(args.device)
+    model = _model(args, runtime, TunehubOps())
     with torch.no_grad(), tunehub_torch.record(args.shapes):
-        for batch in [int(b) for b in args.batches.split(",") if b]:
+        for batch in _batches(args):
             cache = model.new_cache(batch, args.cache_len)
-            tokens = torch.randint(0, model.dims.vocab, (batch, 1), device="cuda")
-            model.decode_step(tokens, torch.tensor([args.position], device="cuda"), cache)
+            tokens = torch.randint(0, model.dims.vocab, (batch, 1), device=runtime.device)
+            model.decode_step(tokens, torch.tensor([args.position], device=runtime.device), cache)
             del cache
         if args.prefill:
-            model.prefill(torch.randint(0, model.dims.vocab, (1, args.prefill), device="cuda"))
-    torch.cuda.synchronize()
-    print(f"recorded {sum(1 for _ in open(args.shapes))} shapes to {args.shapes}")
+            prompt = torch.randint(0, model.dims.vocab, (1, args.prefill), device=runtime.device)
+            model.prefill(prompt)
+    runtime.sync()
+    with open(args.shapes) as recorded:
+        print(f"recorded {sum(1 for _ in recorded)} shapes to {args.shapes}")
+    return 0
+
+
+def model_problems(dims: DecoderDims, batches: list[int], prefill: int) -> list[tuple[str, dict]]:
+    """(op, problem) of every op a decode step at ``batches`` and one prefill run."""
+    rows = sorted(set(batches) | ({prefill} if prefill else set()))
+    problems: list[tuple[str, dict]] = []
+    for name, (n, k) in dims.gemm_shapes().items():
+        ms = sorted(set(batches) | {1}) if name == "lm_head" else rows
+        problems += [("gemm", {"m": m, "n": n, "k": k}) for m in ms]
+    problems += [("rms_norm", {"m": m, "k": dims.hidden}) for m in sorted(set(rows) | {1})]
+    problems += [("softmax", {"m": m, "k": dims.vocab}) for m in sorted(set(batches) | {1})]
+    return problems
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """The bench/precompile_cuda.py commands that fill a compile cache for this run's shapes
+    (the decoder's, and ResNet-50's convolutions at batch 1 and 8)."""
+    from bench.model_resnet import resnet50_convs
+
+    problems = model_problems(_dims(args), _batches(args), args.prefill)
+    problems += [("conv2d", conv) for n in (1, 8) for conv in resnet50_convs(n)]
+    by_op: dict[str, list[dict]] = {}
+    for op, problem in problems:
+        by_op.setdefault(op, []).append(problem)
+    for op, listed in by_op.items():
+        for start in range(0, len(listed), 8):
+            flags = " ".join(
+                "--problem " + ",".join(f"{k}={v}" for k, v in p.items())
+                for p in listed[start : start + 8]
+            )
+            print(
+                f"python bench/precompile_cuda.py --cache-dir .cache/tunehub --arch sm_90 "
+                f"--op {op} --dtype f16 --max-variants {args.precompile_variants} {flags}"
+            )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("run", "record", "resnet", "resnet-record"))
+    parser.add_argument("command", choices=("run", "record", "resnet", "resnet-record", "list"))
     parser.add_argument("--model", choices=sorted(MODELS), default="mistral-7b")
+    parser.add_argument(
+        "--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a smoke run (f32)"
+    )
     parser.add_argument("--layers", type=int, default=0, help="0: the model's own count")
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--batches", default="1,8,32")
@@ -349,11 +433,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--breakdown", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--shapes", default="shapes.jsonl")
     parser.add_argument("--label", default="run")
+    parser.add_argument("--precompile-variants", type=int, default=16)
     parser.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per lookup otherwise
     if args.command == "record":
         return cmd_record(args)
+    if args.command == "list":
+        return cmd_list(args)
     if args.command.startswith("resnet"):
         from bench.model_resnet import cmd_resnet
 

@@ -26,7 +26,16 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-__all__ = ["DecoderDims", "MISTRAL_7B", "QWEN25_7B", "Ops", "TorchOps", "Decoder", "KVCache"]
+__all__ = [
+    "DecoderDims",
+    "MISTRAL_7B",
+    "QWEN25_7B",
+    "TINY",
+    "Ops",
+    "TorchOps",
+    "Decoder",
+    "KVCache",
+]
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,20 @@ QWEN25_7B = DecoderDims(
     vocab=152064,
     eps=1e-6,
     rope_theta=1000000.0,
+)
+
+
+#: a toy of the same structure, for smoke runs of the bench's flow on a CPU
+TINY = DecoderDims(
+    name="tiny",
+    hidden=256,
+    intermediate=512,
+    layers=2,
+    heads=4,
+    kv_heads=2,
+    vocab=1000,
+    eps=1e-5,
+    rope_theta=10000.0,
 )
 
 

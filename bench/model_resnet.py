@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from bench.model_bench import capture, graph_timer
+from bench.model_bench import Runtime, replay_timer
 from bench.vendor_common import interleaved_medians
 
 log = logging.getLogger("model_bench.resnet")
@@ -35,6 +35,33 @@ class TunehubConv2d(torch.nn.Module):
         c = self.conv
         y = self.lib.conv2d(x, c.weight, c.stride[0], c.padding[0], c.dilation[0])
         return y if c.bias is None else y + c.bias.view(1, -1, 1, 1)
+
+
+def resnet50_convs(batch: int, image: int = 224) -> list[dict[str, int]]:
+    """The distinct convolutions of torchvision's ResNet-50 (v1.5: the stride on the 3x3) at
+    ``batch`` as tunehub conv2d problems, in network order (listed without torchvision, for
+    precompiling on a machine that has none)."""
+    convs: list[dict[str, int]] = []
+
+    def add(h: int, c: int, k: int, r: int, stride: int = 1) -> None:
+        conv = {"n": batch, "h": h, "w": h, "c": c, "k": k, "r": r, "s": r}
+        conv.update({"stride": stride, "pad": r // 2, "dilation": 1})
+        if conv not in convs:
+            convs.append(conv)
+
+    add(image, 3, 64, 7, 2)
+    size, channels = image // 4, 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for block in range(blocks):
+            s = stride if block == 0 else 1
+            add(size, channels, width, 1)
+            add(size, width, width, 3, s)
+            if block == 0:
+                add(size, channels, width * 4, 1, s)  # the downsample path
+                size //= s
+            add(size, width, width * 4, 1)
+            channels = width * 4
+    return convs
 
 
 def _swap_convs(module: torch.nn.Module, lib: Any) -> int:
@@ -89,12 +116,13 @@ def cmd_resnet(args: argparse.Namespace, *, record: bool) -> int:
             got = tuned(x).float()
             error = float((got - reference).norm() / reference.norm())
             row: dict[str, Any] = {"batch": batch, "rel_error_vs_cudnn": error, "arms": {}}
-            graphs = {
-                "cudnn": capture(functools.partial(eager, x)),
-                "tunehub": capture(functools.partial(tuned, x)),
+            runtime = Runtime("cuda")
+            replays = {
+                "cudnn": runtime.capture(functools.partial(eager, x)),
+                "tunehub": runtime.capture(functools.partial(tuned, x)),
             }
             medians = interleaved_medians(
-                {name: graph_timer(g, args.replays) for name, g in graphs.items()},
+                {name: replay_timer(runtime, r, args.replays) for name, r in replays.items()},
                 row,
                 rounds=args.rounds,
             )
@@ -121,4 +149,4 @@ def cmd_resnet(args: argparse.Namespace, *, record: bool) -> int:
     return 0
 
 
-__all__ = ["cmd_resnet", "TunehubConv2d"]
+__all__ = ["cmd_resnet", "TunehubConv2d", "resnet50_convs"]
