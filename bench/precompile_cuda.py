@@ -8,8 +8,10 @@ that can travel to a GPU host (same nvcc version there: the variant ids include 
         --problem m=2048,k=4096 --max-variants 104      # Mistral-7B's norms, decode and prefill
 
 It renders exactly what ``tuner.engine.tune`` would render for each request (same space order,
-same pruning, same flags), so the worker on the GPU host finds every build in its cache. A
-variant that several problems share is built once. ``--layout`` defaults to the op's first.
+same pruning, same flags), and the vendor discovery builds (the programs that ask cuBLASLt and
+cuDNN for their algorithms on the device), so the worker on the GPU host finds every build in
+its cache; only the vendor algorithms a discovery names are built there. A variant that several
+problems share is built once. ``--layout`` defaults to the op's first.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tuner.backends.cuda import CudaBackend  # noqa: E402
 from tuner.engine import candidate_params  # noqa: E402
 from tuner.problems import LAYOUTS, problem_from_dict  # noqa: E402
 from tuner.registry import load_space  # noqa: E402
+from tuner.spaces._vendor_discovery import VendorDiscoverySpace  # noqa: E402
 from tuner.types import Budget, EngineConfig, TuneRequest, Variant  # noqa: E402
 
 
@@ -72,6 +75,10 @@ def main() -> int:
         for params in candidates[: args.max_variants]:
             variant = backend.render(space, params, args.dtype, layout, args.arch)
             variants.setdefault(variant.id, variant)
+        if isinstance(space, VendorDiscoverySpace):  # the builds that ask cuBLASLt / cuDNN
+            for discovery in space.discoveries(request.problem):
+                variant = backend.render(space, discovery.params, args.dtype, layout, args.arch)
+                variants.setdefault(variant.id, variant)
     started = time.monotonic()
     results = backend.build(list(variants.values()))
     failed = [v.name for v in variants.values() if not results[v.id].ok]

@@ -131,7 +131,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     port = _free_port()
     env = {
         **os.environ,
-        "PYTHONPATH": str(REPO),
+        # the repo first, then whatever else the host needs (the GPU host's carried wheels)
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         "TUNEHUB_DATABASE_URL": f"sqlite:///{data}/tunehub.db",
         "TUNEHUB_DATA_DIR": str(data),
         "TUNEHUB_CACHE_DIR": str(cache),
