@@ -28,7 +28,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -193,7 +193,7 @@ def breakdown(
     def device_us(event: Any) -> float:
         if not runtime.cuda:
             return float(event.cpu_time_total)
-        return float(getattr(event, "device_time_total", 0.0) or event.cuda_time_total)
+        return float(getattr(event, "device_time_total", 0.0) or 0.0)
 
     if runtime.cuda:
         kernels = [e for e in averages if e.device_type == torch.autograd.DeviceType.CUDA]
@@ -210,10 +210,21 @@ def breakdown(
     return {"total_us": round(total, 1), "parts_us": parts}
 
 
+def _safe_breakdown(
+    runtime: Runtime, model: Decoder, arm: Arm, step: Callable[[], Any], steps: int = 3
+) -> dict[str, Any]:
+    """The breakdown, or the reason it failed (the timings of the row stand without it)."""
+    try:
+        return breakdown(runtime, model, arm, step, steps)
+    except Exception as exc:
+        log.exception("breakdown of arm %s failed", arm.name)
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
 def decode_rows(
     runtime: Runtime, model: Decoder, arms: list[Arm], args: argparse.Namespace
-) -> list[dict[str, Any]]:
-    rows = []
+) -> Iterator[dict[str, Any]]:
+    """Each batch size's row, as soon as it is measured."""
     for batch in _batches(args):
         cache = model.new_cache(batch, args.cache_len)
         tokens = torch.randint(0, model.dims.vocab, (batch, 1), device=runtime.device)
@@ -239,13 +250,12 @@ def decode_rows(
             row["arms"][name].update({"step_us": round(us, 1), "tokens_per_s": batch * 1e6 / us})
         for arm in arms:
             if arm.name in medians and args.breakdown:
-                row["arms"][arm.name]["breakdown"] = breakdown(runtime, model, arm, step)
+                row["arms"][arm.name]["breakdown"] = _safe_breakdown(runtime, model, arm, step)
         replays.clear()
         if runtime.cuda:
             torch.cuda.empty_cache()
-        rows.append(row)
         log.info("decode batch %d: %s", batch, _summary(row))
-    return rows
+        yield row
 
 
 def prefill_row(
@@ -280,7 +290,7 @@ def prefill_row(
     if args.breakdown:
         for arm in arms:
             if arm.name in medians:
-                row["arms"][arm.name]["breakdown"] = breakdown(
+                row["arms"][arm.name]["breakdown"] = _safe_breakdown(
                     runtime, model, arm, functools.partial(model.prefill, tokens), steps=1
                 )
     log.info("prefill %d: %s", tokens_n, _summary(row))
@@ -315,9 +325,9 @@ def _batches(args: argparse.Namespace) -> list[int]:
 def _model(args: argparse.Namespace, runtime: Runtime, ops: Any) -> Decoder:
     # the CPU smoke run uses f32: the CPU backend's kernels are f32
     dtype = torch.float16 if runtime.cuda else torch.float32
-    return Decoder(
-        _dims(args), ops, dtype=dtype, device=runtime.device, max_positions=args.cache_len
-    )
+    # rotary tables long enough for the cache and for the prompt
+    positions = max(args.cache_len, args.prefill + 1)
+    return Decoder(_dims(args), ops, dtype=dtype, device=runtime.device, max_positions=positions)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -339,15 +349,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         "weight_bytes": model.dims.weight_bytes(model.embed.element_size()),
         "rows": [],
     }
+    path = out / f"model-{args.label}.json"
+
+    def save() -> None:  # after every row: a later failure or timeout keeps what was measured
+        if any(arm.name == "tunehub" for arm in arms):
+            report["tunehub"] = arms_stats()
+        report["seconds"] = round(time.monotonic() - started, 1)
+        path.write_text(json.dumps(report, indent=1, default=str))
+
     with torch.no_grad():
-        report["rows"] += decode_rows(runtime, model, arms, args)
+        for row in decode_rows(runtime, model, arms, args):
+            report["rows"].append(row)
+            save()
         if args.prefill:
             report["rows"].append(prefill_row(runtime, model, arms, args))
-    if any(arm.name == "tunehub" for arm in arms):
-        report["tunehub"] = arms_stats()
-    report["seconds"] = round(time.monotonic() - started, 1)
-    path = out / f"model-{args.label}.json"
-    path.write_text(json.dumps(report, indent=1, default=str))
+            save()
     print(f"wrote {path}")
     return 0
 
