@@ -41,6 +41,19 @@ shapes=$out/shapes.jsonl
   timeout "${TUNE_SECONDS:-240}" python3 -m service.cli tune --from-file "$shapes" \
     --max-seconds "${SHAPE_SECONDS:-6}" --max-variants "${SHAPE_VARIANTS:-16}" \
     --artifact-wait 30
+  # a tune that ran out of time leaves jobs queued: cancel them, so that the arms are timed on
+  # a quiet GPU (their shapes fall back to torch's ops and the stats say so)
+  python3 - <<'PY'
+import os
+from service.client import TunehubClient
+from service.schemas.common import FINISHED_STATUSES
+token = open(os.path.join(os.environ["TUNEHUB_DATA_DIR"], "admin-token")).read().strip()
+with TunehubClient(os.environ["TUNEHUB_SERVER"], token) as client:
+    for job in client.list_jobs():
+        if job.status not in FINISHED_STATUSES:
+            print(f"cancelling unfinished job {job.id} ({job.op})")
+            client.cancel_job(job.id)
+PY
   echo "== arms $(date -u +%T)"
   if [ "${MODEL:-decoder}" = resnet ]; then
     timeout "${ARMS_SECONDS:-150}" python3 bench/model_bench.py resnet --out "$out" \
