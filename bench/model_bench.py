@@ -239,16 +239,23 @@ def decode_rows(
         step = functools.partial(model.decode_step, tokens, position, cache)
         replays: dict[str, Callable[[], Any]] = {}
         row: dict[str, Any] = {"phase": "decode", "batch": batch, "arms": {}}
+        reference: torch.Tensor | None = None
         for arm in arms:
             started = time.monotonic()
             try:
                 with arm:
                     replays[arm.name] = runtime.capture(step)
+                    probs = step().float()  # the same step, un-captured: its answer
             except Exception as exc:  # one arm's failure is reported; the others go on
                 log.exception("decode batch %d: arm %s failed", batch, arm.name)
                 row["arms"][arm.name] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
                 continue
-            row["arms"][arm.name] = {"setup_s": round(time.monotonic() - started, 1)}
+            reference = probs if reference is None else reference
+            row["arms"][arm.name] = {
+                "setup_s": round(time.monotonic() - started, 1),
+                # next-token probabilities against the first arm's (eager's), relative L2
+                "rel_error": float((probs - reference).norm() / reference.norm()),
+            }
         timers = {
             name: replay_timer(runtime, replay, args.replays) for name, replay in replays.items()
         }
