@@ -59,7 +59,8 @@ class CompileCache:
     def __init__(
         self, root: str | os.PathLike[str], max_bytes: int = 2 << 30, artifact_name: str = "kernel"
     ) -> None:
-        self.root = Path(root)
+        # absolute: compilers run inside a staging folder, where a relative root means nothing
+        self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
         self.artifact_name = artifact_name

@@ -95,3 +95,15 @@ def test_eviction_drops_least_recently_used(tmp_path: Path) -> None:
     assert cache.lookup(old.id) is None
     assert cache.lookup(new.id) is not None
     assert cache.size_bytes() <= cache.max_bytes
+
+
+def test_a_relative_root_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # compilers run inside the staging folder: a root given relative to the caller's working
+    # directory must still name the source there (a CPU re-tune with --cache-dir .cache/x
+    # failed every compile before the root was made absolute)
+    monkeypatch.chdir(tmp_path)
+    cache = CompileCache("relative/cache")
+    variant = tiny_variant("int y = 2; (void)y;")
+    result = build(cache, [variant])[variant.id]
+    assert result.ok, result.log
+    assert result.artifact and Path(result.artifact).is_absolute()
