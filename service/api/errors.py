@@ -20,10 +20,23 @@ from starlette.exceptions import HTTPException
 
 from service.api.openapi import allowed_methods
 from service.errors import InvalidInput, RequestError
+from service.schemas.text import scrub
 
-__all__ = ["validation_detail", "install_error_handlers"]
+__all__ = ["SafeJSONResponse", "validation_detail", "install_error_handlers"]
 
 log = logging.getLogger(__name__)
+
+
+class SafeJSONResponse(JSONResponse):
+    """FastAPI's JSON answer, always writable as UTF-8: a lone surrogate in a string (a body
+    that echoes what a client sent, or text stored before the text rule) is sent as U+FFFD
+    (:mod:`service.schemas.text`). The app's default response class."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return super().render(scrub(content))
 
 
 def _safe_input(value: Any) -> Any:
@@ -63,19 +76,19 @@ def _unparsable_body(cause: BaseException) -> InvalidInput:
     return InvalidInput(["body"], f"not parsable as JSON ({type(cause).__name__})")
 
 
-def _request_error(exc: RequestError) -> JSONResponse:
+def _request_error(exc: RequestError) -> SafeJSONResponse:
     if isinstance(exc, InvalidInput):
-        return JSONResponse(exc.body(), status_code=exc.status_code)
-    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+        return SafeJSONResponse(exc.body(), status_code=exc.status_code)
+    return SafeJSONResponse({"detail": exc.detail}, status_code=exc.status_code)
 
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
-    async def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": validation_detail(exc.errors())}, status_code=422)
+    async def _invalid_request(_request: Request, exc: RequestValidationError) -> SafeJSONResponse:
+        return SafeJSONResponse({"detail": validation_detail(exc.errors())}, status_code=422)
 
     @app.exception_handler(RequestError)
-    async def _service_error(_request: Request, exc: RequestError) -> JSONResponse:
+    async def _service_error(_request: Request, exc: RequestError) -> SafeJSONResponse:
         return _request_error(exc)
 
     @app.exception_handler(HTTPException)
@@ -91,10 +104,10 @@ def install_error_handlers(app: FastAPI) -> None:
             # Starlette's Allow names the methods of one route; the path may have several
             allowed = ", ".join(allowed_methods(request.app, request.url.path))
             headers = {**(exc.headers or {}), "Allow": allowed}
-            return JSONResponse({"detail": exc.detail}, status_code=405, headers=headers)
+            return SafeJSONResponse({"detail": exc.detail}, status_code=405, headers=headers)
         return await http_exception_handler(request, exc)
 
     @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> SafeJSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse({"detail": "internal error"}, status_code=500)
+        return SafeJSONResponse({"detail": "internal error"}, status_code=500)

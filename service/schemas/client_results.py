@@ -17,7 +17,7 @@ from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, model_va
 from service.schemas.common import (
     COMPLETE_DEVICE_SCHEMA,
     COMPLETE_TOOLCHAIN_SCHEMA,
-    NO_NUL_PATTERN,
+    TEXT_PATTERN,
     DeviceOut,
     DeviceReport,
     JsonDict,
@@ -70,10 +70,10 @@ def _scalar_key(key: dict[str, Any]) -> dict[str, Any]:
 CLIENT_KEY_SCHEMA: dict[str, Any] = {
     "type": "object",
     "maxProperties": 64,
-    "propertyNames": {"pattern": NO_NUL_PATTERN},
+    "propertyNames": {"pattern": TEXT_PATTERN},
     "additionalProperties": {
         "anyOf": [
-            {"type": "string", "pattern": NO_NUL_PATTERN},
+            {"type": "string", "pattern": TEXT_PATTERN},
             {"type": "number"},
             {"type": "boolean"},
             {"type": "null"},

@@ -12,6 +12,7 @@ from service.schemas.common import (
     Backend,
     DeviceOut,
     DType,
+    JsonDict,
     Op,
     RequestModel,
     ResponseModel,
@@ -89,7 +90,7 @@ class ConfigQuery(RequestModel):
     device: SafeStr | None = Field(default=None, max_length=300)
     backend: Backend | None = None
     toolchain: SafeStr | None = Field(default=None, max_length=1000)
-    problem: dict[str, Any]
+    problem: JsonDict
 
 
 class ConfigQueryBatch(RequestModel):

@@ -14,6 +14,7 @@ from service.schemas.common import (
     BudgetOut,
     DeviceSelector,
     DType,
+    JsonDict,
     JsonInt,
     Objective,
     Op,
@@ -44,7 +45,7 @@ class JobCreate(RequestModel):
     op: Op
     dtype: DType
     layout: SafeStr | None = None
-    problems: list[dict[str, Any]] = Field(
+    problems: list[JsonDict] = Field(
         min_length=1,
         max_length=MAX_PROBLEMS_PER_JOB,
         json_schema_extra={"items": PROBLEM_SCHEMA},

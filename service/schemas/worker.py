@@ -23,6 +23,7 @@ from service.schemas.common import (
     DeviceReport,
     DeviceSelector,
     DType,
+    JsonBool,
     JsonDict,
     JsonInt,
     Objective,
@@ -156,10 +157,10 @@ class MeasurementIn(RequestModel):
     #: long logs are cut to their last MAX_LOG_CHARS characters, not refused
     log: SafeStr = ""
     provenance: JsonDict = Field(default_factory=dict)
-    suspect: bool = False
+    suspect: JsonBool = False
     #: a later timing of a variant this lease already uploaded (a suspect re-measured once
     #: quiet, or a near-tie confirmed side by side): it replaces that row's timing, adding no row
-    retimed: bool = False
+    retimed: JsonBool = False
 
     @model_validator(mode="after")
     def _ok_has_time(self) -> MeasurementIn:
@@ -204,7 +205,7 @@ class ResultsIn(RequestModel):
     measurements: list[MeasurementIn] = Field(
         default_factory=list, max_length=MAX_MEASUREMENTS_PER_UPLOAD
     )
-    final: bool = False
+    final: JsonBool = False
     error: SafeStr | None = Field(default=None, max_length=MAX_LOG_CHARS)
     #: with ``final``: budgeted candidates the task's budget left unmeasured (0: complete)
     unmeasured: JsonInt = Field(default=0, ge=0, le=MAX_BUDGET_VARIANTS)

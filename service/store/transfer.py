@@ -30,6 +30,7 @@ from service.schemas.common import (
     MAX_BUDGET_VARIANTS,
     DeviceIn,
     DType,
+    JsonBool,
     JsonDict,
     Op,
     RequestModel,
@@ -64,7 +65,7 @@ class MeasurementRecord(RequestModel):
     throughput_unit: SafeStr = Field(default="", max_length=32)
     compile_seconds: float | None = Field(default=None, ge=0, le=1e7)
     provenance: JsonDict = Field(default_factory=dict)
-    suspect: bool = False
+    suspect: JsonBool = False
     created_at: datetime | None = None
 
 
@@ -78,7 +79,7 @@ class ExportRecord(RequestModel):
     variant: VariantRecord
     measurement: MeasurementRecord
     #: the winner was re-measured by another host on the exporting service
-    confirmed: bool = False
+    confirmed: JsonBool = False
     #: the variants the deciding job could not tell from the winner (tuner.winner)
     tie_set: list[Annotated[SafeStr, Field(max_length=300)]] = Field(
         default_factory=list, max_length=64

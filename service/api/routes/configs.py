@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from service.api.caching import conditional
 from service.api.deps import SessionDep, require_read, require_read_async, require_scope
 from service.errors import InvalidInput, RequestError
-from service.schemas.common import Backend, DeviceOut, DType, Op, ToolchainOut
+from service.schemas.common import Backend, DeviceOut, DType, Op, SafeStr, ToolchainOut
 from service.schemas.configs import (
     BestConfigOut,
     ConfigQueryBatch,
@@ -58,10 +58,10 @@ async def best_config(
     request: Request,
     op: Op,
     dtype: DType,
-    layout: str | None = None,
-    device: str | None = None,
+    layout: Annotated[SafeStr | None, Query(max_length=16)] = None,
+    device: Annotated[SafeStr | None, Query(max_length=300)] = None,
     backend: Backend | None = None,
-    toolchain: str | None = None,
+    toolchain: Annotated[SafeStr | None, Query(max_length=1000)] = None,
 ) -> Response:
     """The winner for a problem given as query dims (``m=&n=&k=``, ``kind=`` for reduce).
 

@@ -22,7 +22,7 @@ from service.api.ui import charts, data
 from service.api.ui.baselines import copy_ceiling, load_benchmark_file, vendor_figures
 from service.api.ui.svg import bar_chart, line_chart
 from service.errors import NotFound
-from service.schemas.common import FINISHED_STATUSES, JOB_STATUSES
+from service.schemas.common import FINISHED_STATUSES, JOB_STATUSES, SafeStr
 from service.settings import Settings
 
 __all__ = ["router", "static_files", "REFRESH_SECONDS"]
@@ -31,7 +31,7 @@ HERE = Path(__file__).parent
 REFRESH_SECONDS = 2
 templates = Jinja2Templates(directory=HERE / "templates")
 router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(require_read)])
-Text = Annotated[str | None, Query(max_length=300)]
+Text = Annotated[SafeStr | None, Query(max_length=300)]
 
 
 def static_files() -> StaticFiles:
@@ -130,7 +130,7 @@ def best_page(
     session: SessionDep,
     device: Text = None,
     op: Text = None,
-    toolchain: Annotated[str | None, Query(max_length=1000)] = None,
+    toolchain: Annotated[SafeStr | None, Query(max_length=1000)] = None,
 ) -> Response:
     return _page(
         request,
