@@ -2,13 +2,16 @@
 answers: one JSON body shape, ``{"detail": ...}``, never a traceback.
 
 A body that is not JSON is a 422 at ``["body", ...]`` naming the problem: malformed JSON
-(FastAPI's ``json_invalid``, with the decoder's reason), invalid UTF-8, nesting too deep.
+(FastAPI's ``json_invalid``, with the decoder's reason), invalid UTF-8, nesting too deep, or a
+JSON body sent under another Content-Type. A 422 lists at most MAX_ERRORS errors, string limits
+are said in characters, and what it echoes (names, inputs) is cut to MAX_ECHO characters.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,32 +42,77 @@ class SafeJSONResponse(JSONResponse):
             return super().render(scrub(content))
 
 
+#: a 422 lists at most this many errors, and says how many more there were (a body of
+#: 100,000 unknown keys is answered in a few kB, not echoed back)
+MAX_ERRORS = 20
+#: an echoed name, value or message is cut to this many characters
+MAX_ECHO = 200
+#: the bodies FastAPI parses as JSON (anything else reaches validation as raw bytes)
+_JSON_TYPES = re.compile(r"^application/([\w.+-]*\+)?json\b", re.IGNORECASE)
+
+
+_LENGTH_ERRORS = ("too_long", "too_short", "string_too_long", "string_too_short")
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_ECHO else text[:MAX_ECHO] + "..."
+
+
 def _safe_input(value: Any) -> Any:
     """The offending input, echoed only when it is small, valid JSON (no NaN)."""
     try:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
-        return repr(value)[:200]
-    return value if len(text) <= 200 else text[:200] + "..."
+        return _cut(repr(value))
+    return value if len(text) <= MAX_ECHO else _cut(text)
+
+
+def _message(error: Any) -> str:
+    """Pydantic's message, said for the user: JSON errors with their reason, string lengths in
+    characters (a constrained string's limits are said in "items" otherwise)."""
+    kind, ctx, value = error.get("type"), error.get("ctx") or {}, error.get("input")
+    if kind == "json_invalid" and ctx.get("error"):
+        return f"malformed JSON: {ctx['error']}"
+    if kind in _LENGTH_ERRORS and isinstance(value, str):
+        most = kind.endswith("too_long")
+        bound = ctx.get("max_length" if most else "min_length")
+        return f"must have at {'most' if most else 'least'} {bound} characters, not {len(value)}"
+    return _cut(str(error.get("msg", "")).removeprefix("Value error, "))
 
 
 def validation_detail(errors: Sequence[Any]) -> list[dict[str, Any]]:
-    """FastAPI's validation errors made always serializable."""
+    """FastAPI's validation errors made always serializable and bounded: at most MAX_ERRORS
+    of them (then one saying how many more), names and echoed inputs cut to MAX_ECHO."""
     detail = []
-    for error in errors:
-        msg = str(error.get("msg", ""))
-        reason = (error.get("ctx") or {}).get("error")
-        if error.get("type") == "json_invalid" and reason:
-            msg = f"malformed JSON: {reason}"
+    for error in errors[:MAX_ERRORS]:
         item = {
-            "loc": [part if isinstance(part, int) else str(part) for part in error.get("loc", ())],
-            "msg": msg,
+            "loc": [p if isinstance(p, int) else _cut(str(p)) for p in error.get("loc", ())],
+            "msg": _message(error),
             "type": str(error.get("type", "value_error")),
         }
         if "input" in error:
             item["input"] = _safe_input(error["input"])
         detail.append(item)
+    if len(errors) > MAX_ERRORS:
+        more = len(errors) - MAX_ERRORS
+        detail.append({"loc": [], "msg": f"and {more} more errors", "type": "too_many_errors"})
     return detail
+
+
+def _wrong_content_type(request: Request, errors: Sequence[Any]) -> InvalidInput | None:
+    """A JSON body sent under another Content-Type reaches validation as bytes ("Input should
+    be a valid dictionary"): say what to send instead."""
+    sent = request.headers.get("content-type", "")
+    if not sent or _JSON_TYPES.match(sent):
+        return None
+    for error in errors:
+        if tuple(error.get("loc", ())) == ("body",) and isinstance(error.get("input"), bytes):
+            return InvalidInput(
+                ["body"],
+                f"the body must be JSON sent with Content-Type: application/json (this request "
+                f"said {_cut(sent)!r})",
+            )
+    return None
 
 
 def _unparsable_body(cause: BaseException) -> InvalidInput:
@@ -84,7 +132,10 @@ def _request_error(exc: RequestError) -> SafeJSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
-    async def _invalid_request(_request: Request, exc: RequestValidationError) -> SafeJSONResponse:
+    async def _invalid_request(request: Request, exc: RequestValidationError) -> SafeJSONResponse:
+        wrong_type = _wrong_content_type(request, exc.errors())
+        if wrong_type is not None:
+            return _request_error(wrong_type)
         return SafeJSONResponse({"detail": validation_detail(exc.errors())}, status_code=422)
 
     @app.exception_handler(RequestError)

@@ -109,7 +109,7 @@ def test_bad_queries_are_422(api: Any) -> None:
         ({"op": "gemm", "dtype": "f16", "m": 0, "n": 1, "k": 1}, ["query", "m"]),
         ({"op": "gemm", "dtype": "f16", "m": "1.5", "n": 1, "k": 1}, ["query", "m"]),
         ({"op": "gemm", "dtype": "f16", "m": 1, "n": 1, "k": 1, "q": 2}, ["query", "q"]),
-        ({"op": "gemm", "dtype": "f16", "m": 1, "n": 1}, ["query"]),
+        ({"op": "gemm", "dtype": "f16", "m": 1, "n": 1}, ["query", "k"]),
         (
             {"op": "gemm", "dtype": "f16", "layout": "row", "m": 1, "n": 1, "k": 1},
             ["query", "layout"],
