@@ -223,7 +223,14 @@ class ResultsIn(RequestModel):
 
 
 class ResultsOut(ResponseModel):
+    #: measurements this upload stored (new rows, and re-timings applied)
     stored: int
+    #: measurements the lease had stored already with the same content: a retried upload,
+    #: which adds nothing (other content under a stored variant is a 409)
+    replayed: int = 0
+    #: measurements of variants an earlier lease of the task stored (its worker gone): the
+    #: first measurement stays
+    kept: int = 0
     #: after final: the task's fastest verified measurement (None before final or if none)
     winner: WinnerSummary | None = None
     task_status: str = "running"

@@ -33,6 +33,7 @@ from service.store.models import (
     utcnow,
 )
 from service.store.queue import held_task, refresh_job_status
+from service.store.replays import count_replays
 from service.store.validation import usable_id
 from service.store.views import winner_dict
 from tuner.problems import problem_from_dict
@@ -141,15 +142,21 @@ def _task_variants(
     )
 
 
-def _replayed_answer(session: Session, task: Task, stored: int) -> dict[str, Any]:
-    """The answer of a final upload, given again to its retry."""
+def _replayed_answer(session: Session, task: Task, replayed: int) -> dict[str, Any]:
+    """The answer of a final upload, given again to its retry (which stored nothing)."""
     winner = None
     if task.winner_measurement_id is not None:
         measurement = session.get(Measurement, task.winner_measurement_id)
         variant = session.get(Variant, measurement.variant_id) if measurement else None
         if measurement is not None and variant is not None:
             winner = winner_dict(measurement, variant, task)
-    return {"stored": stored, "winner": winner, "task_status": task.status}
+    return {
+        "stored": 0,
+        "replayed": replayed,
+        "kept": 0,
+        "winner": winner,
+        "task_status": task.status,
+    }
 
 
 def _lock_task(session: Session, lease_id: str) -> None:
@@ -197,13 +204,15 @@ def store_results(
     """Store a batch for the lease; on ``final`` end the task and upsert the best config.
 
     Idempotent: a measurement is stored once per task, variant, device and toolchain (and the
-    database keys rows by lease and variant), so a retried batch adds no rows, a task leased
-    again after its worker died keeps one row per variant, and a retried final upload gets
-    the answer of the first. The device must be one the
+    database keys rows by lease and variant), so a retried batch adds no rows (the answer
+    counts it ``replayed``), a task leased again after its worker died keeps one row per
+    variant (``kept``), and a retried final upload gets the winner of the first. A retry
+    with other content under a variant the lease stored is a Conflict
+    (:mod:`service.store.replays`). The device must be one the
     lease's worker registered, and with ``verify`` every variant one the op's space accepts
     for the problem on that device (:func:`tuner.verify.variant_rejection`). Raises NotFound
-    (unknown lease), Conflict (lease lost, or new measurements after the final one) or
-    InvalidInput.
+    (unknown lease), Conflict (lease lost, new measurements after the final one, or a retry
+    that differs) or InvalidInput.
     Commits nothing; the caller commits once, so the batch and the upsert land together.
     """
     _lock_task(session, lease_id)
@@ -213,11 +222,16 @@ def store_results(
     retimed = {v for v, item in batch.items() if item.retimed and v in already}
     if task.status in ("done", "failed"):
         if body.final and set(batch) <= already:
-            return _replayed_answer(session, task, len(batch))
+            replayed = count_replays(session, lease.id, body, include_retimed=True)
+            return _replayed_answer(session, task, replayed)
         raise Conflict(f"lease {lease_id} is finished: the task is {task.status}")
+    # a variant this lease stored already is a replay (the same content) or a 409
+    replayed = count_replays(session, lease.id, body)
+    own = set(already)
     job = session.get(Job, task.job_id)
     assert job is not None
     device_id = toolchain_id = None
+    rows: list[dict[str, Any]] = []
     if batch:
         assert body.device is not None and body.toolchain is not None
         _check_device(job, body)
@@ -258,7 +272,15 @@ def store_results(
             _retime(session, lease.id, batch[variant_id])
     winner = _finish(session, task, job, body, device_id, toolchain_id) if body.final else None
     session.flush()
-    return {"stored": len(batch), "winner": winner, "task_status": task.status}
+    stored = len(rows) + len(retimed)
+    return {
+        "stored": stored,
+        "replayed": replayed,
+        # measured by an earlier lease of the task (its worker gone): the first row stays
+        "kept": len(already - own),
+        "winner": winner,
+        "task_status": task.status,
+    }
 
 
 def _finish(
