@@ -33,6 +33,9 @@ __all__ = [
     "Scope",
     "TokenCreate",
     "TokenOut",
+    "TokenInfo",
+    "TokenList",
+    "MAX_TOKEN_ID",
     "ImportSummary",
 ]
 
@@ -150,6 +153,24 @@ class TokenOut(ResponseModel):
     scopes: list[str]
     #: the plaintext, shown once
     token: str
+
+
+#: token ids are 32-bit on every database: a larger one in a path is a 422, not a lookup
+MAX_TOKEN_ID = 2**31 - 1
+
+
+class TokenInfo(ResponseModel):
+    """A token as an admin sees it: never its plaintext or hash."""
+
+    id: int
+    name: str
+    scopes: list[str]
+    revoked: bool
+    created_at: datetime
+
+
+class TokenList(ResponseModel):
+    tokens: list[TokenInfo]
 
 
 class ImportSummary(ResponseModel):

@@ -31,6 +31,8 @@ __all__ = [
     "has_scope",
     "owned_worker",
     "check_lease_owner",
+    "list_tokens",
+    "revoke_token",
 ]
 
 SCOPES = ("read", "submit", "worker", "admin")
@@ -58,6 +60,25 @@ def create_token(session: Session, name: str, scopes: Iterable[str]) -> str:
     session.add(ApiToken(name=name, token_hash=hash_token(token), scopes=wanted))
     session.flush()
     return token
+
+
+def list_tokens(session: Session) -> list[ApiToken]:
+    """Every token (revoked ones too), oldest first; hashes are never shown."""
+    return list(session.scalars(select(ApiToken).order_by(ApiToken.id)))
+
+
+def revoke_token(session: Session, token_id: int) -> tuple[ApiToken, bool]:
+    """Revoke the token ``token_id``: from the next request on it is refused (401) for
+    everything. Returns the token and whether this call revoked it (False: it already was);
+    NotFound for an unknown id. What its workers uploaded stays; their leases are not renewed
+    and go back to the queue when they expire. The caller commits."""
+    row = session.get(ApiToken, token_id)
+    if row is None:
+        raise NotFound(f"token {token_id} not found; `tunehub token list` shows the ids")
+    if row.revoked:
+        return row, False
+    row.revoked = True
+    return row, True
 
 
 def authenticate(session: Session, token: str) -> ApiToken | None:

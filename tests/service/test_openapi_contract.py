@@ -155,6 +155,8 @@ def test_reads_declare_no_security_and_writes_do(api: Any) -> None:
         ("/v1/leases/{lease_id}/results", "post"),
         ("/v1/import", "post"),
         ("/v1/tokens", "post"),
+        ("/v1/tokens", "get"),
+        ("/v1/tokens/{token_id}", "delete"),
         ("/v1/leases/{lease_id}/builds/{variant_id}", "put"),
         ("/v1/leases/{lease_id}/artifacts/{variant_id}", "put"),
     ):
