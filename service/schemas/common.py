@@ -59,11 +59,15 @@ __all__ = [
     "ToolchainOut",
     "HealthOut",
     "MAX_BUDGET_VARIANTS",
+    "MAX_ROW_ID",
     "MAX_BUDGET_SECONDS",
     "MAX_JSON_BYTES",
 ]
 
 MAX_BUDGET_VARIANTS = 100_000
+#: integer row ids (measurements, tokens) are 32-bit on PostgreSQL: a larger one names nothing
+#: (and must not reach a query, where it overflows the column's type)
+MAX_ROW_ID = 2**31 - 1
 MAX_BUDGET_SECONDS = 7 * 24 * 3600.0
 #: provenance/params blobs larger than this are refused
 MAX_JSON_BYTES = 64 * 1024

@@ -35,7 +35,6 @@ __all__ = [
     "TokenOut",
     "TokenInfo",
     "TokenList",
-    "MAX_TOKEN_ID",
     "ImportSummary",
 ]
 
@@ -153,10 +152,6 @@ class TokenOut(ResponseModel):
     scopes: list[str]
     #: the plaintext, shown once
     token: str
-
-
-#: token ids are 32-bit on every database: a larger one in a path is a 422, not a lookup
-MAX_TOKEN_ID = 2**31 - 1
 
 
 class TokenInfo(ResponseModel):

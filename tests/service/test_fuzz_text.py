@@ -1,5 +1,6 @@
 """Hostile text everywhere: NUL, lone UTF-16 surrogates and other odd code points in every
-string field of every request body and in every query and path parameter, UI routes included.
+string field of every request body and in every query and path parameter (and ids past any
+integer column in every path), UI routes included.
 
 Every field is found from the routes themselves (their body models and parameters), so a new
 field or route is fuzzed without this file changing; a body example must name every string
@@ -28,6 +29,8 @@ ODD_TEXT = ["\ufffe", "\uffff", "\U0010ffff", "\x7f\x1b[2J", "\u202egnp.exe", "\
 #: stray bytes, a noncharacter
 BAD_QUERY = ["%00", "a%00b"]
 ODD_QUERY = ["%ED%A0%80", "%FF%FE", "%EF%BF%BE", "%F4%8F%BF%BF", "%C0%80"]
+#: ids no row can have: past int32 (PostgreSQL's integer) and int64 (SQLite's), negative, zero
+HUGE_IDS = ["0", "-1", str(2**31), str(2**63), "9" * 30]
 
 KEY = "<key>"  # a path step: a new key of the dict
 VALUE = "<value>"  # a path step: the value of the dict's first key
@@ -297,7 +300,7 @@ def test_every_query_and_path_parameter_refuses_bad_text(api: Any) -> None:
                     response = _send(api, method, url)
                     assert response.status_code < 500, (method, url, response.text)
             for param in route.dependant.path_params:
-                for text in BAD_QUERY + ODD_QUERY:
+                for text in BAD_QUERY + ODD_QUERY + HUGE_IDS:
                     url = _url(path, {**ids, param.name: text}, base)
                     response = _send(api, method, url)
                     assert response.status_code in (404, 422), (method, url, response.text)

@@ -9,7 +9,8 @@ from fastapi import APIRouter, Depends, Path, status
 from sqlalchemy import select
 
 from service.api.deps import SessionDep, require_scope
-from service.schemas.configs import MAX_TOKEN_ID, TokenCreate, TokenInfo, TokenList, TokenOut
+from service.schemas.common import MAX_ROW_ID
+from service.schemas.configs import TokenCreate, TokenInfo, TokenList, TokenOut
 from service.store.models import ApiToken
 from service.store.tokens import create_token, hash_token, list_tokens, revoke_token
 
@@ -19,7 +20,7 @@ router = APIRouter(
     prefix="/v1/tokens", tags=["tokens"], dependencies=[Depends(require_scope("admin"))]
 )
 
-TokenId = Annotated[int, Path(ge=1, le=MAX_TOKEN_ID, description="a token's id (GET /v1/tokens)")]
+TokenId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="a token's id (GET /v1/tokens)")]
 
 
 def _info(row: ApiToken) -> dict[str, Any]:

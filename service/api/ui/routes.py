@@ -32,6 +32,8 @@ REFRESH_SECONDS = 2
 templates = Jinja2Templates(directory=HERE / "templates")
 router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(require_read)])
 Text = Annotated[SafeStr | None, Query(max_length=300)]
+#: an unknown id (or one no row can have) is answered with a page saying so
+_NO_SUCH: dict[str, Any] = {"description": "no such id (an HTML page)"}
 
 
 def static_files() -> StaticFiles:
@@ -104,7 +106,7 @@ def _plots(job: dict[str, Any], rows: list[dict[str, Any]], settings: Settings) 
     return {"bars": bars, "bench": bench if any(b[0] for b in baselines.values()) else None}
 
 
-@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+@router.get("/jobs/{job_id}", response_class=HTMLResponse, responses={404: _NO_SUCH})
 def job_page(request: Request, job_id: str, session: SessionDep, settings: SettingsDep) -> Response:
     try:
         job = data.job_view(session, job_id)
@@ -145,7 +147,9 @@ def best_page(
     )
 
 
-@router.get("/measurements/{measurement_id}", response_class=HTMLResponse)
+@router.get(
+    "/measurements/{measurement_id}", response_class=HTMLResponse, responses={404: _NO_SUCH}
+)
 def measurement_page(request: Request, measurement_id: int, session: SessionDep) -> Response:
     try:
         measurement = data.measurement_view(session, measurement_id)
