@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException
 
 from service.api.openapi import allowed_methods
 from service.errors import InvalidInput, RequestError
+from service.schemas.messages import MAX_ECHO, cut, validation_message
 from service.schemas.text import scrub
 
 __all__ = ["SafeJSONResponse", "validation_detail", "install_error_handlers"]
@@ -45,17 +46,8 @@ class SafeJSONResponse(JSONResponse):
 #: a 422 lists at most this many errors, and says how many more there were (a body of
 #: 100,000 unknown keys is answered in a few kB, not echoed back)
 MAX_ERRORS = 20
-#: an echoed name, value or message is cut to this many characters
-MAX_ECHO = 200
 #: the bodies FastAPI parses as JSON (anything else reaches validation as raw bytes)
 _JSON_TYPES = re.compile(r"^application/([\w.+-]*\+)?json\b", re.IGNORECASE)
-
-
-_LENGTH_ERRORS = ("too_long", "too_short", "string_too_long", "string_too_short")
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= MAX_ECHO else text[:MAX_ECHO] + "..."
 
 
 def _safe_input(value: Any) -> Any:
@@ -63,21 +55,8 @@ def _safe_input(value: Any) -> Any:
     try:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
-        return _cut(repr(value))
-    return value if len(text) <= MAX_ECHO else _cut(text)
-
-
-def _message(error: Any) -> str:
-    """Pydantic's message, said for the user: JSON errors with their reason, string lengths in
-    characters (a constrained string's limits are said in "items" otherwise)."""
-    kind, ctx, value = error.get("type"), error.get("ctx") or {}, error.get("input")
-    if kind == "json_invalid" and ctx.get("error"):
-        return f"malformed JSON: {ctx['error']}"
-    if kind in _LENGTH_ERRORS and isinstance(value, str):
-        most = kind.endswith("too_long")
-        bound = ctx.get("max_length" if most else "min_length")
-        return f"must have at {'most' if most else 'least'} {bound} characters, not {len(value)}"
-    return _cut(str(error.get("msg", "")).removeprefix("Value error, "))
+        return cut(repr(value))
+    return value if len(text) <= MAX_ECHO else cut(text)
 
 
 def validation_detail(errors: Sequence[Any]) -> list[dict[str, Any]]:
@@ -86,8 +65,8 @@ def validation_detail(errors: Sequence[Any]) -> list[dict[str, Any]]:
     detail = []
     for error in errors[:MAX_ERRORS]:
         item = {
-            "loc": [p if isinstance(p, int) else _cut(str(p)) for p in error.get("loc", ())],
-            "msg": _message(error),
+            "loc": [p if isinstance(p, int) else cut(str(p)) for p in error.get("loc", ())],
+            "msg": validation_message(error),
             "type": str(error.get("type", "value_error")),
         }
         if "input" in error:
@@ -110,7 +89,7 @@ def _wrong_content_type(request: Request, errors: Sequence[Any]) -> InvalidInput
             return InvalidInput(
                 ["body"],
                 f"the body must be JSON sent with Content-Type: application/json (this request "
-                f"said {_cut(sent)!r})",
+                f"said {cut(sent)!r})",
             )
     return None
 

@@ -26,7 +26,7 @@ from service.schemas.common import (
     SafeStr,
     ToolchainOut,
 )
-from service.schemas.worker import MEDIAN_WHEN_OK, ToolchainReport
+from service.schemas.worker import MEDIAN_WHEN_OK, ToolchainReport, timing_order_error
 
 __all__ = [
     "CLIENT_OP_PATTERN",
@@ -102,6 +102,9 @@ class ClientMeasurementIn(RequestModel):
     def _ok_has_time(self) -> ClientMeasurementIn:
         if self.outcome == "ok" and self.median_us is None:
             raise ValueError("median_us is required when outcome is 'ok'")
+        reason = timing_order_error(self.median_us, self.p20_us, self.p80_us, None)
+        if reason is not None:
+            raise ValueError(reason)
         return self
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "TokenInfo",
     "TokenList",
     "ImportSummary",
+    "ImportRefusal",
 ]
 
 MAX_QUERIES = 1024
@@ -168,8 +169,24 @@ class TokenList(ResponseModel):
     tokens: list[TokenInfo]
 
 
+class ImportRefusal(ResponseModel):
+    """A line an import refused: its number, the field and the reason."""
+
+    line: int
+    loc: list[str | int]
+    msg: str
+
+
 class ImportSummary(ResponseModel):
+    """What ``POST /v1/import`` did with each non-blank line: ``inserted`` (a new key),
+    ``replaced`` (faster with confidence than the stored winner), ``kept`` (stored as history,
+    the stored winner stays), ``duplicates`` (stored already: nothing added) or ``refused``
+    (listed in ``errors``, the first 100)."""
+
     records: int
     inserted: int
     replaced: int
     kept: int
+    duplicates: int = 0
+    refused: int = 0
+    errors: list[ImportRefusal] = []

@@ -22,7 +22,15 @@ import json
 import re
 from typing import Any
 
-__all__ = ["TEXT_PATTERN", "REPLACEMENT", "text_error", "check_text", "scrub", "loads"]
+__all__ = [
+    "TEXT_PATTERN",
+    "REPLACEMENT",
+    "SURROGATE_REASON",
+    "text_error",
+    "check_text",
+    "scrub",
+    "loads",
+]
 
 _BAD = re.compile("[\x00\ud800-\udfff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -32,6 +40,11 @@ _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 TEXT_PATTERN = r"^[^\x00\ud800-\udfff]*$"
 #: what a stored lone surrogate is read as
 REPLACEMENT = "\ufffd"
+#: why a string with a lone surrogate is refused
+SURROGATE_REASON = (
+    "must not contain a lone UTF-16 surrogate (U+D800 to U+DFFF): it is not a character and "
+    "cannot be stored"
+)
 
 
 def text_error(value: str) -> str | None:
@@ -41,10 +54,7 @@ def text_error(value: str) -> str | None:
         return None
     if match.group() == "\x00":
         return "must not contain NUL characters"
-    return (
-        f"must not contain a lone UTF-16 surrogate (U+{ord(match.group()):04X} at character "
-        f"{match.start()}): it is not a character and cannot be stored"
-    )
+    return f"{SURROGATE_REASON} (U+{ord(match.group()):04X} at character {match.start()})"
 
 
 def check_text(value: str) -> str:

@@ -41,6 +41,7 @@ __all__ = [
     "Outcome",
     "MAX_MEASUREMENTS_PER_UPLOAD",
     "MEDIAN_WHEN_OK",
+    "timing_order_error",
     "HostIdentity",
     "WorkerRegister",
     "WorkerOut",
@@ -62,6 +63,26 @@ MEDIAN_WHEN_OK: dict[str, Any] = {
     "if": {"properties": {"outcome": {"const": "ok"}}},
     "then": {"required": ["median_us"], "properties": {"median_us": {"type": "number"}}},
 }
+
+
+#: relative slack of the timing order (quantiles of one sample set are ordered; floats round)
+_ORDER_SLACK = 1e-9
+
+
+def timing_order_error(
+    median_us: float | None, p20_us: float | None, p80_us: float | None, min_us: float | None
+) -> str | None:
+    """Why the given timings are not ordered min <= p20 <= median <= p80 (None: they are).
+    Every upload, client result and import checks it (one sample set gives them all)."""
+    named = (("min_us", min_us), ("p20_us", p20_us), ("median_us", median_us), ("p80_us", p80_us))
+    chain = [(name, value) for name, value in named if value is not None]
+    for (low, x), (high, y) in zip(chain, chain[1:], strict=False):
+        if x > y * (1 + _ORDER_SLACK):
+            return (
+                f"{low} ({x:g}) is above {high} ({y:g}): timings of one sample set are ordered "
+                "min <= p20 <= median <= p80"
+            )
+    return None
 
 
 class HostIdentity(RequestModel):
@@ -166,6 +187,9 @@ class MeasurementIn(RequestModel):
     def _ok_has_time(self) -> MeasurementIn:
         if self.outcome == "ok" and self.median_us is None:
             raise ValueError("median_us is required when outcome is 'ok'")
+        reason = timing_order_error(self.median_us, self.p20_us, self.p80_us, self.min_us)
+        if reason is not None:
+            raise ValueError(reason)
         if len(self.log) > MAX_LOG_CHARS:
             self.log = self.log[-MAX_LOG_CHARS:]
         return self

@@ -7,7 +7,7 @@ default, then the incumbent, then the variant name wins; a stored best config is
 only by a winner faster with confidence (``tuner.winner.replaces_incumbent``), so re-tuning
 does not flip winners on noise. The best config keeps the deciding job's tie set and how
 many budgeted candidates were left unmeasured. Uploads (:mod:`service.store.results`) and
-imports (:mod:`service.store.transfer`) both go through :func:`upsert_best`.
+imports (:mod:`service.store.imports`) both go through :func:`upsert_best`.
 """
 
 from __future__ import annotations

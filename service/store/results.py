@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from service.errors import Conflict, InvalidInput
 from service.schemas.worker import MeasurementIn, ResultsIn
 from service.store.best import decide_winner, incumbents_of, upsert_best
+from service.store.checks import space_rejection, variant_clash
 from service.store.confirm import queue_confirmation, refresh_key
 from service.store.keys import (
     device_row,
@@ -37,7 +38,6 @@ from service.store.replays import count_replays
 from service.store.validation import usable_id
 from service.store.views import winner_dict
 from tuner.problems import problem_from_dict
-from tuner.verify import canonical_params, variant_rejection
 
 __all__ = ["store_results"]
 
@@ -67,20 +67,12 @@ def _check_variants(
         if item.variant_id not in new:
             continue
         loc: list[str | int] = ["body", "measurements", index]
-        stored = known.get(item.variant_id)
-        if stored is not None and (
-            stored.op != job.op
-            or stored.name != item.variant_name
-            or canonical_params(stored.params) != canonical_params(item.params)
-        ):
-            raise InvalidInput(
-                [*loc, "variant_id"],
-                f"variant {item.variant_id} is stored as {stored.op} {stored.name!r} with other "
-                "params",
-            )
+        clash = variant_clash(known.get(item.variant_id), job.op, item.variant_name, item.params)
+        if clash is not None:
+            raise InvalidInput([*loc, "variant_id"], clash)
         if problem is None:
             continue
-        reason = variant_rejection(
+        reason = space_rejection(
             job.op,
             body.device.backend,
             job.dtype,
@@ -92,7 +84,7 @@ def _check_variants(
             pruned_ok=item.outcome == "pruned",
         )
         if reason is not None:
-            raise InvalidInput([*loc, "variant_name"], f"{item.variant_name!r}: {reason}")
+            raise InvalidInput([*loc, "variant_name"], reason)
 
 
 def _check_registered(session: Session, worker_id: str, device_id: int, body: ResultsIn) -> None:

@@ -19,8 +19,9 @@ from service.schemas.configs import (
     ConfigQueryResults,
     ImportSummary,
 )
+from service.store.imports import import_lines
 from service.store.lookup import LookupQuery, find_best, find_best_many
-from service.store.transfer import export_lines, import_lines
+from service.store.transfer import export_lines
 from service.store.validation import check_layout, parse_problem, query_dims
 
 __all__ = ["router"]
@@ -149,18 +150,23 @@ def export_configs(session: SessionDep) -> StreamingResponse:
     },
 )
 async def import_configs(request: Request) -> dict[str, Any]:
-    """Merge JSON lines from ``/v1/export``: per key the faster verified median wins, and the
-    stored row stays unless the imported one is more than 2% faster. All or nothing."""
+    """Merge JSON lines from ``/v1/export``, each checked as an upload is: per key the faster
+    verified median wins (the stored row stays unless beaten with confidence); a line stored
+    already is a duplicate (importing twice changes nothing); a bad line is refused and listed
+    by number, field and reason, the others imported. A 422 when no line could be."""
     raw = await request.body()  # its size is capped by BodyLimitMiddleware (413)
     try:
         text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidInput(["body"], "must be UTF-8 JSON lines") from None
-    return await run_in_threadpool(_import, request.app.state.sessionmaker, text)
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(
+            ["body"], f"must be UTF-8 JSON lines ({exc.reason} at byte {exc.start})"
+        ) from None
+    verify = request.app.state.settings.verify_variants
+    return await run_in_threadpool(_import, request.app.state.sessionmaker, text, verify)
 
 
-def _import(sessionmaker: Any, text: str) -> dict[str, int]:
+def _import(sessionmaker: Any, text: str, verify: bool) -> dict[str, Any]:
     with sessionmaker() as session:
-        counts = import_lines(session, text)
+        answer = import_lines(session, text, verify=verify)
         session.commit()
-        return counts
+        return answer
