@@ -91,7 +91,8 @@ def count_replays(
         found = stored.get(item.variant_id)
         if found is None or item.variant_id not in wanted or item.variant_id in replays:
             continue
-        diff = _differences(*found, item, body)
+        row, variant, device, toolchain = found
+        diff = _differences(row, variant, device, toolchain, item, body)
         if diff:
             raise Conflict(
                 f"measurements[{index}]: variant {item.variant_id} is stored for lease "
