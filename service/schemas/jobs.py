@@ -120,6 +120,9 @@ class JobSummary(ResponseModel):
     objective: str
     seed: int
     confirm: int = 1
+    #: the name of the token that submitted the job (its owner: only that token or an admin
+    #: may cancel it); None for a job stored before owners
+    submitted_by: str | None = None
     created_at: datetime
     updated_at: datetime
     error: str | None = None

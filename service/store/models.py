@@ -133,6 +133,11 @@ class Job(Base):
     confirm: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     status: Mapped[str] = mapped_column(String(16), default="queued")
     error: Mapped[str | None] = mapped_column(Text, default=None)
+    #: the token that submitted it, its owner: only it or an admin may cancel the job (None:
+    #: a job stored before owners, which only an admin cancels)
+    token_id: Mapped[int | None] = mapped_column(
+        ForeignKey("api_tokens.id", name="fk_jobs_token_id"), default=None, index=True
+    )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
