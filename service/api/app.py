@@ -25,6 +25,7 @@ from service.api.routes import (
     artifacts,
     client_results,
     configs,
+    devices,
     health,
     jobs,
     leases,
@@ -96,6 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         health,
         client_results,
         artifacts,
+        devices,
     ):
         app.include_router(module.router)
     install_metrics(app)

@@ -1,6 +1,7 @@
-"""``tunehub token``: create, list and revoke API tokens, straight in the database (no server
-needed; ``--url`` or the settings name it). An admin token does the same over the API:
-``POST /v1/tokens``, ``GET /v1/tokens``, ``DELETE /v1/tokens/{id}``."""
+"""``tunehub token``: create, list and revoke API tokens, and map worker tokens to the devices
+they may serve, straight in the database (no server needed; ``--url`` or the settings name
+it). An admin token does the same over the API: ``POST /v1/tokens``, ``GET /v1/tokens``,
+``DELETE /v1/tokens/{id}``, ``PUT /v1/tokens/{id}/devices``."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from service.settings import get_settings
 
 __all__ = ["token_app"]
 
-token_app = typer.Typer(help="API tokens: create, list, revoke.", no_args_is_help=True)
+token_app = typer.Typer(
+    help="API tokens: create, list, revoke, map to devices.", no_args_is_help=True
+)
 
 UrlOpt = Annotated[str | None, typer.Option(help="Database URL (default: settings).")]
 T = TypeVar("T")
@@ -94,3 +97,39 @@ def token_revoke(
     except NotFound as exc:
         raise UserError(exc.detail) from None
     stdout.print(f"{what} {'revoked' if changed else 'was revoked already'}")
+
+
+@token_app.command("devices")
+def token_devices(
+    token_id: Annotated[int, typer.Argument(help="The worker token's id (`tunehub token list`).")],
+    device: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Device keys backend:name:arch:sm_count it may serve, each optionally @uid "
+            "(a hashed physical device id, GET /v1/workers); none: show the map."
+        ),
+    ] = None,
+    clear: Annotated[bool, typer.Option(help="Remove the map (any device again).")] = False,
+    url: UrlOpt = None,
+) -> None:
+    """Show or set the devices a worker token may serve (service/store/device_map.py)."""
+    from service.errors import InvalidInput
+    from service.store.device_map import entry_text, parse_entry, set_entries, token_entries
+    from service.store.models import ApiToken
+
+    def work(session: Session) -> list[str]:
+        if session.get(ApiToken, token_id) is None:
+            raise NotFound(f"token {token_id} not found; `tunehub token list` shows the ids")
+        if device or clear:
+            entries = [parse_entry(text, ["device", i]) for i, text in enumerate(device or [])]
+            set_entries(session, token_id, entries)
+        return [entry_text(row) for row in token_entries(session, token_id)]
+
+    try:
+        shown = _in_db(url, work)
+    except (NotFound, InvalidInput) as exc:
+        raise UserError(exc.detail) from None
+    if not shown:
+        stdout.print(f"token {token_id} may serve any device (no map)")
+    for line in shown:
+        stdout.print(line)

@@ -162,6 +162,8 @@ class TokenInfo(ResponseModel):
     name: str
     scopes: list[str]
     revoked: bool
+    #: the devices a worker token may serve (``key`` or ``key@uid``); empty: no map
+    devices: list[str] = []
     created_at: datetime
 
 
@@ -187,6 +189,8 @@ class ImportSummary(ResponseModel):
     inserted: int
     replaced: int
     kept: int
+    #: beat the stored winner by more than TUNEHUB_RECORD_MARGIN, unconfirmed: held, not served
+    held: int = 0
     duplicates: int = 0
     refused: int = 0
     errors: list[ImportRefusal] = []

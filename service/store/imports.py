@@ -3,14 +3,17 @@ checks of an upload, and idempotent.
 
 Each line is checked on its own, as a worker's upload is (:mod:`service.store.checks`): the
 record's fields (text, ranges, timings ordered), its layout and problem, a creation date no
-later than now (``MAX_CLOCK_SKEW`` allowed), its variant id not stored as another variant, and
-with ``verify`` the variant one the op's space accepts for the problem on the record's device.
-A line that fails is refused and reported (line number, field, reason) and the others are
-merged (:mod:`service.store.transfer` says how). A record stored already (same key, variant,
-median and date; an undated record: same p20 and p80, imported) is a duplicate: nothing is
-added, so importing a file twice changes nothing and a file fixed after a refusal can be sent
-again whole. A leading UTF-8 byte order mark is skipped. When no line was imported or found
-stored and some were refused, the answer is a 422 listing them.
+later than now (``MAX_CLOCK_SKEW`` allowed), timings the device can reach for the problem
+(:mod:`service.store.bounds`), its variant id not stored as another variant, and with
+``verify`` a sha256 variant id and a variant the op's space accepts for the problem on the
+record's device. A line that fails is refused and reported (line number, field, reason) and
+the others are merged (:mod:`service.store.transfer` says how; a record beating the stored
+winner by more than TUNEHUB_RECORD_MARGIN is held unless the exporter marked it confirmed).
+A record stored already (same key, variant, median and date; an undated record: same p20
+and p80, imported) is a duplicate: nothing is added, so importing a file twice changes
+nothing and a file fixed after a refusal can be sent again whole. A leading UTF-8 byte order
+mark is skipped. When no line was imported or found stored and some were refused, the
+answer is a 422 listing them.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from sqlalchemy.orm import Session
 from service.errors import InvalidInput
 from service.schemas.messages import validation_message
 from service.store.best import upsert_best
-from service.store.checks import space_rejection, variant_clash
+from service.store.checks import impossible, space_rejection, variant_clash, variant_id_error
 from service.store.keys import device_row, ensure_variants, toolchain_row
 from service.store.models import BestConfig, Device, Measurement, Toolchain, Variant, utcnow
 from service.store.transfer import ExportRecord
@@ -57,6 +60,7 @@ class _Report:
     inserted: int = 0
     replaced: int = 0
     kept: int = 0
+    held: int = 0
     duplicates: int = 0
     refused: int = 0
     errors: list[dict[str, Any]] = field(default_factory=list)
@@ -96,12 +100,24 @@ def _checked(session: Session, record: ExportRecord, number: int, verify: bool) 
         raise _Refused(
             [*at, "measurement", "created_at"], f"{created.isoformat()} is in the future"
         )
+    device = record.device
+    stored_device = session.scalars(
+        select(Device).filter_by(
+            backend=device.backend, name=device.name, arch=device.arch, sm_count=device.sm_count
+        )
+    ).first()
+    m = record.measurement
+    timings = {"min_us": m.min_us, "p20_us": m.p20_us, "median_us": m.median_us}
+    found = impossible(problem, record.dtype, stored_device, device.name, timings)
+    if found is not None:
+        raise _Refused([*at, "measurement", found[0]], f"impossible: {found[1]}")
     variant = record.variant
+    if verify and (bad_id := variant_id_error(variant.id)) is not None:
+        raise _Refused([*at, "variant", "id"], bad_id)
     clash = variant_clash(session.get(Variant, variant.id), record.op, variant.name, variant.params)
     if clash is not None:
         raise _Refused([*at, "variant", "id"], clash)
     if verify:
-        device = record.device
         reason = space_rejection(
             record.op,
             device.backend,
@@ -156,7 +172,9 @@ def _stored_already(session: Session, record: ExportRecord, problem: Problem) ->
     return session.scalar(query.limit(1)) is not None
 
 
-def _store(session: Session, record: ExportRecord, problem: Problem) -> str:
+def _store(
+    session: Session, record: ExportRecord, problem: Problem, record_margin: float | None
+) -> str:
     device = device_row(session, **record.device.model_dump())
     toolchain = toolchain_row(session, **record.toolchain.model_dump())
     variant = record.variant
@@ -175,7 +193,11 @@ def _store(session: Session, record: ExportRecord, problem: Problem) -> str:
     )
     session.add(measurement)
     session.flush()
-    outcome = upsert_best(session, measurement, record.tie_set, record.unmeasured)
+    # a record the exporter's hosts confirmed is served; another is held like an upload's
+    margin = None if record.confirmed else record_margin
+    outcome = upsert_best(
+        session, measurement, record.tie_set, record.unmeasured, record_margin=margin
+    )
     if outcome != "kept" and record.confirmed:
         best = session.scalars(
             select(BestConfig).where(BestConfig.measurement_id == measurement.id)
@@ -184,7 +206,9 @@ def _store(session: Session, record: ExportRecord, problem: Problem) -> str:
     return outcome
 
 
-def import_lines(session: Session, text: str, *, verify: bool = True) -> dict[str, Any]:
+def import_lines(
+    session: Session, text: str, *, verify: bool = True, record_margin: float | None = None
+) -> dict[str, Any]:
     """Merge the records (see the module doc); returns the counts and the refused lines.
     Raises InvalidInput when nothing could be imported. The caller commits."""
     lines = text.removeprefix(_BOM).splitlines()
@@ -204,7 +228,7 @@ def import_lines(session: Session, text: str, *, verify: bool = True) -> dict[st
         if _stored_already(session, record, problem):
             report.duplicates += 1
             continue
-        outcome = _store(session, record, problem)
+        outcome = _store(session, record, problem, record_margin)
         setattr(report, outcome, getattr(report, outcome) + 1)
     if not report.records:
         raise InvalidInput(["body"], "no records: send JSON lines as GET /v1/export writes them")
@@ -217,6 +241,7 @@ def import_lines(session: Session, text: str, *, verify: bool = True) -> dict[st
         "inserted": report.inserted,
         "replaced": report.replaced,
         "kept": report.kept,
+        "held": report.held,
         "duplicates": report.duplicates,
         "refused": report.refused,
         "errors": report.errors,

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from service.errors import Conflict, InvalidInput
 from service.schemas.worker import MeasurementIn, ResultsIn
 from service.store.best import decide_winner, incumbents_of, upsert_best
-from service.store.checks import space_rejection, variant_clash
+from service.store.checks import impossible, space_rejection, variant_clash, variant_id_error
 from service.store.confirm import queue_confirmation, refresh_key
 from service.store.keys import (
     device_row,
@@ -25,6 +25,7 @@ from service.store.keys import (
     toolchain_row,
 )
 from service.store.models import (
+    Device,
     Job,
     Lease,
     Measurement,
@@ -56,21 +57,37 @@ def _check_device(job: Job, body: ResultsIn) -> None:
 
 
 def _check_variants(
-    session: Session, job: Job, task: Task, body: ResultsIn, new: set[str], verify: bool
+    session: Session,
+    job: Job,
+    task: Task,
+    body: ResultsIn,
+    new: set[str],
+    verify: bool,
+    device: Device,
 ) -> None:
-    """422 naming the measurement whose variant the op's space does not accept for the
-    task's problem on the reported device, or whose id is stored with other params."""
+    """422 naming the measurement (service.store.checks) whose verified timings beat what the
+    device can do for the problem, or, of the ones to store, whose variant the op's space does not
+    accept for the task's problem on the reported device (with ``verify``: or whose id is not
+    a sha256), or whose id is stored with other params."""
     assert body.device is not None
     known = {row.id: row for row in session.scalars(select(Variant).where(Variant.id.in_(new)))}
-    problem = problem_from_dict(job.op, dict(task.problem)) if verify else None
+    problem = problem_from_dict(job.op, dict(task.problem))
     for index, item in enumerate(body.measurements):
+        loc: list[str | int] = ["body", "measurements", index]
+        # only a verified result did the work; a wrong one may well have skipped it
+        if item.outcome == "ok" and (item.variant_id in new or item.retimed):
+            timings = {"min_us": item.min_us, "p20_us": item.p20_us, "median_us": item.median_us}
+            found = impossible(problem, job.dtype, device, device.name, timings)
+            if found is not None:
+                raise InvalidInput([*loc, found[0]], f"impossible: {found[1]}")
         if item.variant_id not in new:
             continue
-        loc: list[str | int] = ["body", "measurements", index]
+        if verify and (bad_id := variant_id_error(item.variant_id)) is not None:
+            raise InvalidInput([*loc, "variant_id"], bad_id)
         clash = variant_clash(known.get(item.variant_id), job.op, item.variant_name, item.params)
         if clash is not None:
             raise InvalidInput([*loc, "variant_id"], clash)
-        if problem is None:
+        if not verify:
             continue
         reason = space_rejection(
             job.op,
@@ -191,7 +208,12 @@ def _retime(session: Session, lease_id: str, item: MeasurementIn) -> None:
 
 
 def store_results(
-    session: Session, lease_id: str, body: ResultsIn, *, verify: bool = True
+    session: Session,
+    lease_id: str,
+    body: ResultsIn,
+    *,
+    verify: bool = True,
+    record_margin: float | None = None,
 ) -> dict[str, Any]:
     """Store a batch for the lease; on ``final`` end the task and upsert the best config.
 
@@ -234,7 +256,7 @@ def store_results(
         # a variant the task holds already (this lease's retried batch, or an earlier lease's
         # measurement) is not stored again; the first measurement stays
         already |= _task_variants(session, task, device.id, toolchain.id, set(batch))
-        _check_variants(session, job, task, body, set(batch) - already, verify)
+        _check_variants(session, job, task, body, set(batch) - already, verify, device)
         ensure_variants(
             session, job.op, [(m.variant_id, m.variant_name, m.params) for m in batch.values()]
         )
@@ -262,7 +284,11 @@ def store_results(
         insert_ignore(session, Measurement, rows)
         for variant_id in retimed:
             _retime(session, lease.id, batch[variant_id])
-    winner = _finish(session, task, job, body, device_id, toolchain_id) if body.final else None
+    winner = (
+        _finish(session, task, job, body, device_id, toolchain_id, record_margin)
+        if body.final
+        else None
+    )
     session.flush()
     stored = len(rows) + len(retimed)
     return {
@@ -282,6 +308,7 @@ def _finish(
     body: ResultsIn,
     device_id: int | None,
     toolchain_id: int | None,
+    record_margin: float | None,
 ) -> dict[str, Any] | None:
     if device_id is None and body.device is not None and body.device.name:
         device_id = device_row(session, **body.device.model_dump()).id
@@ -307,8 +334,12 @@ def _finish(
     task.tie_set = tie_set or None
     task.unmeasured = body.unmeasured if body.final else 0
     # best_configs answer the time objective: an energy winner stays on its task only
+    held = False
     if winner is not None and job.objective == "time":
-        outcome = upsert_best(session, winner, tie_set, task.unmeasured)
+        outcome = upsert_best(
+            session, winner, tie_set, task.unmeasured, record_margin=record_margin
+        )
+        held = outcome == "held"
         log.info(
             "task %s: winner %s, tie set %s (%s best config)",
             task.id,
@@ -327,7 +358,7 @@ def _finish(
             if winner is None and measurements:
                 task.error = "no candidate verified"
             elif winner is not None:
-                queue_confirmation(session, job, task, winner)
+                queue_confirmation(session, job, task, winner, held=held)
     task.winner_measurement_id = winner.id if winner is not None else None
     task.lease_expires_at = None
     if task.progress_total == 0:

@@ -191,6 +191,7 @@ def test_export_then_import_merges_with_the_tie_band(api: Any) -> None:
         "inserted": 0,
         "replaced": 0,
         "kept": 0,
+        "held": 0,
         "duplicates": 2,
         "refused": 0,
         "errors": [],

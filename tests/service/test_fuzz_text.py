@@ -156,6 +156,11 @@ def _examples(api: Any, worker_id: str) -> dict[tuple[str, str], dict[str, Any]]
             ],
             "provenance": {"timer": "events"},
         },
+        ("PUT", "/v1/tokens/{token_id}/devices"): {"devices": ["cuda:NVIDIA H200:sm_90:132"]},
+        ("PUT", "/v1/devices/{device_id}/rates"): {
+            "copy_gbps": 4000.0,
+            "peak_tflops": {"f16": 989.0},
+        },
         ("PUT", "/v1/leases/{lease_id}/builds/{variant_id}"): {
             "variant_id": "a" * 64,
             "source": "int x;",
@@ -241,7 +246,7 @@ def _assert_reads(api: Any, state: dict[str, Any]) -> None:
 
 def test_every_string_field_refuses_bad_text_by_name(api: Any) -> None:
     state = _setup(api)
-    ids = {"lease_id": state["lease_id"], "variant_id": "a" * 64}
+    ids = {"lease_id": state["lease_id"], "variant_id": "a" * 64, "token_id": "1", "device_id": "1"}
     examples = _examples(api, state["worker_id"])
     fuzzed = 0
     for path, route in api_routes(api.client.app):
@@ -276,6 +281,8 @@ def test_every_query_and_path_parameter_refuses_bad_text(api: Any) -> None:
         "job_id": state["job_id"],
         "measurement_id": state["measurement_id"],
         "sha256": "b" * 64,
+        "token_id": "1",
+        "device_id": "1",
     }
     checked = 0
     for path, route in api_routes(api.client.app):

@@ -112,3 +112,32 @@ def test_tunehub_token_revoke(
         engine.dispose()
     code, _, err = _cli(["token", "revoke", "424242", "--url", database_url], capsys)
     assert code == 2 and "token 424242 not found" in err
+
+
+def test_tunehub_token_devices(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _cli(
+        ["token", "create", "--name", "gpu-host-3", "--scope", "worker", "--url", database_url],
+        capsys,
+    )
+    from service.store.db import make_engine, make_sessionmaker
+    from service.store.tokens import list_tokens
+
+    engine = make_engine(database_url)
+    try:
+        with make_sessionmaker(engine)() as session:
+            (row,) = [t for t in list_tokens(session) if t.name == "gpu-host-3"]
+            token_id = str(row.id)
+    finally:
+        engine.dispose()
+    uid = "ab" * 16
+    key = "cuda:NVIDIA H200:sm_90:132"
+    code, out, _ = _cli(
+        ["token", "devices", token_id, f"{key}@{uid}", key, "--url", database_url], capsys
+    )
+    assert code == 0 and out.split("\n")[:2] == [f"{key}@{uid}", key]
+    code, out, _ = _cli(["token", "devices", token_id, "--url", database_url], capsys)
+    assert code == 0 and f"{key}@{uid}" in out
+    code, _, err = _cli(["token", "devices", token_id, "H200", "--url", database_url], capsys)
+    assert code == 2 and "not a device key" in err
+    code, out, _ = _cli(["token", "devices", token_id, "--clear", "--url", database_url], capsys)
+    assert code == 0 and "may serve any device" in out

@@ -161,12 +161,17 @@ async def import_configs(request: Request) -> dict[str, Any]:
         raise InvalidInput(
             ["body"], f"must be UTF-8 JSON lines ({exc.reason} at byte {exc.start})"
         ) from None
-    verify = request.app.state.settings.verify_variants
-    return await run_in_threadpool(_import, request.app.state.sessionmaker, text, verify)
+    settings = request.app.state.settings
+    return await run_in_threadpool(
+        _import, request.app.state.sessionmaker, text, settings.verify_variants,
+        settings.record_margin,
+    )  # fmt: skip
 
 
-def _import(sessionmaker: Any, text: str, verify: bool) -> dict[str, Any]:
+def _import(
+    sessionmaker: Any, text: str, verify: bool, record_margin: float | None
+) -> dict[str, Any]:
     with sessionmaker() as session:
-        answer = import_lines(session, text, verify=verify)
+        answer = import_lines(session, text, verify=verify, record_margin=record_margin)
         session.commit()
         return answer
