@@ -65,13 +65,21 @@ class BodyTooLarge(RequestError):
 
 
 class InvalidInput(RequestError):
-    """A 422 shaped like FastAPI's validation errors: ``{"detail": [{loc, msg, type}]}``."""
+    """A 422 shaped like FastAPI's validation errors: ``{"detail": [{loc, msg, type}]}``;
+    ``more`` lists further (loc, msg) errors of the same request (an import's refused lines)."""
 
     status_code = 422
 
-    def __init__(self, loc: Sequence[str | int], msg: str) -> None:
+    def __init__(
+        self,
+        loc: Sequence[str | int],
+        msg: str,
+        more: Sequence[tuple[Sequence[str | int], str]] = (),
+    ) -> None:
         super().__init__(msg)
         self.loc = list(loc)
+        self.more = [(list(where), text) for where, text in more]
 
     def body(self) -> dict[str, object]:
-        return {"detail": [{"loc": self.loc, "msg": self.detail, "type": "value_error"}]}
+        errors = [(self.loc, self.detail), *self.more]
+        return {"detail": [{"loc": loc, "msg": msg, "type": "value_error"} for loc, msg in errors]}

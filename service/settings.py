@@ -44,6 +44,13 @@ class Settings(BaseSettings):
     verify_variants: bool = True
     #: 2: every job without its own ``confirm`` asks a second worker to re-measure winners
     confirm: int = Field(default=1, ge=1, le=2)
+    #: a new winner faster than the stored one by more than this fraction of its median (0.3:
+    #: 30% faster) is a record: held, and served only once another host confirms it
+    #: (service.store.confirm); None: off
+    record_margin: float | None = Field(default=None, gt=0, lt=1)
+    #: a worker token an admin mapped to no device (tunehub token devices) may serve none
+    #: (service.store.device_map); off: an unmapped token serves any device
+    device_map_required: bool = False
     compile_workers: int = Field(default=0, ge=0)
     bench_seconds: float = Field(default=0.2, gt=0)
     #: a benchmark file (the format of docs/benchmarks/h200.json): the web UI draws its vendor

@@ -274,5 +274,13 @@ def problem_from_dict(op: str, fields: dict[str, Any]) -> Problem:
         raise InvalidRequestError(extra[0], f"unknown field for op {op}")
     try:
         return cls(**fields)
-    except TypeError as exc:  # a missing required dim
+    except TypeError as exc:  # a missing required dim: named, as any other field
+        for field in dataclasses.fields(cls):
+            required = field.default is dataclasses.MISSING
+            if (
+                required
+                and field.default_factory is dataclasses.MISSING
+                and field.name not in fields
+            ):
+                raise InvalidRequestError(field.name, f"required for op {op}") from None
         raise InvalidRequestError("problems", str(exc)) from None

@@ -10,7 +10,8 @@ against its own API (the local worker).
 While a task runs, heartbeats report progress (at most once a second) and a thread keeps
 the lease alive during long compiles (every few seconds); the server's
 ``cancelled`` flag or a lost lease (409) stops the tune between candidates. Measurements are
-uploaded in batches while tuning and once more with ``final=True`` at the end; then the
+uploaded in batches while tuning and once more with ``final=True`` at the end, each sent
+again across a short outage of the service (:mod:`service.agent.uploads`); then the
 winner's artifact is built and uploaded (:mod:`service.agent.artifacts`; a failure there is
 logged, never the task's). A tuner error or any unexpected exception fails the task (final
 upload with the error text) and the agent takes the next one; a lost lease abandons the task
@@ -25,23 +26,21 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from service.agent.artifacts import share_artifacts
+from service.agent.uploads import TaskState, UploadingObserver
 from service.agent.wire import (
     device_in,
     host_in,
-    measurement_in,
     request_from_task,
     toolchain_report,
 )
 from service.client import ClientError, ConnectionFailed, LeaseLost, TunehubClient
-from service.schemas.common import MAX_LOG_CHARS, DeviceIn, DeviceReport
+from service.schemas.common import MAX_LOG_CHARS, DeviceIn
 from service.schemas.worker import (
     HeartbeatIn,
     LeaseOut,
     LeaseRequest,
-    MeasurementIn,
     ResultsIn,
     ResultsOut,
     ToolchainReport,
@@ -52,7 +51,7 @@ from tuner.engine import tune
 from tuner.errors import ToolchainError, TunerError
 from tuner.host import HostInfo, host_identity
 from tuner.registry import load_backend_class, load_space
-from tuner.types import BenchResult, DeviceInfo, EngineConfig, ProblemResult
+from tuner.types import DeviceInfo, EngineConfig, ProblemResult
 
 __all__ = ["WorkerAgent"]
 
@@ -62,112 +61,12 @@ log = logging.getLogger(__name__)
 _UNKNOWN = "unknown"
 
 BackendFactory = Callable[[str, EngineConfig], Backend]
+#: a final upload outlives an outage of the service this long (half the default lease)
+DEFAULT_UPLOAD_RETRY_S = 60.0
 
 
 def _default_backend_factory(name: str, config: EngineConfig) -> Backend:
     return load_backend_class(name)(config)
-
-
-@dataclass
-class _TaskState:
-    """What the heartbeat thread and the engine's observer share for one leased task."""
-
-    lease_id: str
-    done: int = 0
-    total: int = 0
-    cancelled: bool = False
-    lost: bool = False
-    pending: list[MeasurementIn] = field(default_factory=list)
-    #: when the last heartbeat was sent (the lease was granted just now)
-    last_beat: float = field(default_factory=time.monotonic)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def should_stop(self) -> bool:
-        return self.cancelled or self.lost
-
-
-#: the fields of an upload that a re-measurement changes (provenance: the confirmation
-#: rounds the store's winner rule reads)
-_TIMING = {"outcome", "median_us", "p20_us", "p80_us", "min_us", "reps", "suspect", "provenance"}
-
-
-class _UploadingObserver:
-    """Engine observer: counts progress and uploads measurements in batches."""
-
-    def __init__(
-        self,
-        agent: WorkerAgent,
-        state: _TaskState,
-        device: DeviceReport,
-        toolchain: ToolchainReport,
-    ) -> None:
-        self.agent = agent
-        self.state = state
-        #: what was queued for upload per variant, to send re-timed results again at the end
-        self.sent: dict[str, MeasurementIn] = {}
-        self.device = device
-        self.toolchain = toolchain
-        self.last_upload = time.monotonic()
-
-    def on_start(self, total: int, pruned: int) -> None:
-        with self.state.lock:
-            self.state.total = total
-        self.agent._heartbeat(self.state)  # the total reaches progress bars at once
-
-    def on_result(self, result: BenchResult, done: int, total: int) -> None:
-        now = time.monotonic()
-        measurement = measurement_in(result)
-        with self.state.lock:
-            self.state.done, self.state.total = done, total
-            self.state.pending.append(measurement)
-            self.sent[result.variant_id] = measurement
-            upload_due = (
-                len(self.state.pending) >= self.agent.upload_batch
-                or now - self.last_upload >= self.agent.upload_interval_s
-            )
-            beat_due = now - self.state.last_beat >= self.agent.progress_interval_s
-        if beat_due:
-            self.agent._heartbeat(self.state)
-        if upload_due:
-            self.flush(final=False)
-
-    def queue_retimed(self, results: Sequence[BenchResult]) -> None:
-        """Queue the final results that differ from what was sent (the engine re-measured
-        suspects and confirmed near-ties after their first timing), so that the store picks
-        its winner from the same timings as the engine."""
-        with self.state.lock:
-            for result in results:
-                first = self.sent.get(result.variant_id)
-                if first is None:
-                    continue
-                final = measurement_in(result)
-                if final.model_dump(include=_TIMING) != first.model_dump(include=_TIMING):
-                    self.state.pending.append(final.model_copy(update={"retimed": True}))
-
-    def flush(
-        self, final: bool, error: str | None = None, unmeasured: int = 0
-    ) -> ResultsOut | None:
-        with self.state.lock:
-            batch, self.state.pending = self.state.pending, []
-        if not batch and not final:
-            return None
-        try:
-            reply = self.agent.client.upload_results(
-                self.state.lease_id,
-                ResultsIn(
-                    device=self.device,
-                    toolchain=self.toolchain,
-                    measurements=batch,
-                    final=final,
-                    error=error,
-                    unmeasured=unmeasured,
-                ),
-            )
-        except LeaseLost:
-            self.state.lost = True
-            raise
-        self.last_upload = time.monotonic()
-        return reply
 
 
 class WorkerAgent:
@@ -188,6 +87,8 @@ class WorkerAgent:
         backend_factory: BackendFactory = _default_backend_factory,
         upload_artifacts: bool = True,
         host: HostInfo | None = None,
+        upload_retry_s: float = DEFAULT_UPLOAD_RETRY_S,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.client = client
         self.engine_config = engine_config
@@ -198,6 +99,10 @@ class WorkerAgent:
         self.poll_interval_s = poll_interval_s
         self.upload_batch = max(1, upload_batch)
         self.upload_interval_s = upload_interval_s
+        #: how long a final upload is sent again while the service is unreachable
+        #: (service.agent.uploads); the waits go through ``sleep``
+        self.upload_retry_s = upload_retry_s
+        self.sleep = sleep
         self._backend_factory = backend_factory
         #: build and upload each task's winner's artifact after its final upload
         self.upload_artifacts = upload_artifacts
@@ -303,7 +208,7 @@ class WorkerAgent:
 
     def _run_lease(self, lease: LeaseOut) -> None:
         lease_id, task = lease.lease_id, lease.task
-        state = _TaskState(lease_id=lease_id)
+        state = TaskState(lease_id=lease_id)
         log.info("lease %s: task %s of job %s (%s)", lease_id, task.task_id, task.job_id, task.op)
         stop_beating = threading.Event()
         beater = threading.Thread(
@@ -313,7 +218,7 @@ class WorkerAgent:
             daemon=True,
         )
         beater.start()
-        observer: _UploadingObserver | None = None
+        observer: UploadingObserver | None = None
         finished: tuple[Backend, ProblemResult, ResultsOut] | None = None
         try:
             backend_name = task.device.backend
@@ -321,7 +226,7 @@ class WorkerAgent:
             if backend is None:
                 raise TunerError(f"this worker has no {backend_name!r} backend")
             device = device_in(self._devices[backend_name])
-            observer = _UploadingObserver(self, state, device, self._fallback_toolchain(backend))
+            observer = UploadingObserver(self, state, device, self._fallback_toolchain(backend))
             request = request_from_task(task)
             space = load_space(request.op, backend.name)
             observer.toolchain = toolchain_report(backend.toolchain(space))
@@ -364,8 +269,8 @@ class WorkerAgent:
 
     def _fail_task(
         self,
-        state: _TaskState,
-        observer: _UploadingObserver | None,
+        state: TaskState,
+        observer: UploadingObserver | None,
         reason: str,
     ) -> None:
         if state.lost:
@@ -399,7 +304,7 @@ class WorkerAgent:
             compiler = _UNKNOWN
         return ToolchainReport(compiler=compiler[:200], template_version=_UNKNOWN)
 
-    def _heartbeat(self, state: _TaskState) -> None:
+    def _heartbeat(self, state: TaskState) -> None:
         """Send progress, extend the lease, and read the job's cancelled flag."""
         with state.lock:
             done, total = state.done, state.total
@@ -419,7 +324,7 @@ class WorkerAgent:
             )
             state.cancelled = True
 
-    def _heartbeat_loop(self, state: _TaskState, stop: threading.Event) -> None:
+    def _heartbeat_loop(self, state: TaskState, stop: threading.Event) -> None:
         """Keeps the lease alive while the engine is busy (long compiles send no results)."""
         tick = max(0.01, self.heartbeat_interval_s / 4)
         while not stop.wait(tick) and not state.lost:

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service.api import ui
-from service.api.errors import install_error_handlers
+from service.api.errors import SafeJSONResponse, install_error_handlers
 from service.api.fastpath import CachedLookupMiddleware
 from service.api.limits import IMPORT_PATH, BodyLimitMiddleware
 from service.api.metrics import install_metrics
@@ -25,6 +25,7 @@ from service.api.routes import (
     artifacts,
     client_results,
     configs,
+    devices,
     health,
     jobs,
     leases,
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=API_VERSION,
         description="Kernel autotuning service: jobs, leases, measurements and best configs.",
         lifespan=lifespan,
+        default_response_class=SafeJSONResponse,
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -95,6 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         health,
         client_results,
         artifacts,
+        devices,
     ):
         app.include_router(module.router)
     install_metrics(app)

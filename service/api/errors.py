@@ -2,13 +2,16 @@
 answers: one JSON body shape, ``{"detail": ...}``, never a traceback.
 
 A body that is not JSON is a 422 at ``["body", ...]`` naming the problem: malformed JSON
-(FastAPI's ``json_invalid``, with the decoder's reason), invalid UTF-8, nesting too deep.
+(FastAPI's ``json_invalid``, with the decoder's reason), invalid UTF-8, nesting too deep, or a
+JSON body sent under another Content-Type. A 422 lists at most MAX_ERRORS errors, string limits
+are said in characters, and what it echoes (names, inputs) is cut to MAX_ECHO characters.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,10 +23,31 @@ from starlette.exceptions import HTTPException
 
 from service.api.openapi import allowed_methods
 from service.errors import InvalidInput, RequestError
+from service.schemas.messages import MAX_ECHO, cut, validation_message
+from service.schemas.text import scrub
 
-__all__ = ["validation_detail", "install_error_handlers"]
+__all__ = ["SafeJSONResponse", "validation_detail", "install_error_handlers"]
 
 log = logging.getLogger(__name__)
+
+
+class SafeJSONResponse(JSONResponse):
+    """FastAPI's JSON answer, always writable as UTF-8: a lone surrogate in a string (a body
+    that echoes what a client sent, or text stored before the text rule) is sent as U+FFFD
+    (:mod:`service.schemas.text`). The app's default response class."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return super().render(scrub(content))
+
+
+#: a 422 lists at most this many errors, and says how many more there were (a body of
+#: 100,000 unknown keys is answered in a few kB, not echoed back)
+MAX_ERRORS = 20
+#: the bodies FastAPI parses as JSON (anything else reaches validation as raw bytes)
+_JSON_TYPES = re.compile(r"^application/([\w.+-]*\+)?json\b", re.IGNORECASE)
 
 
 def _safe_input(value: Any) -> Any:
@@ -31,27 +55,43 @@ def _safe_input(value: Any) -> Any:
     try:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
-        return repr(value)[:200]
-    return value if len(text) <= 200 else text[:200] + "..."
+        return cut(repr(value))
+    return value if len(text) <= MAX_ECHO else cut(text)
 
 
 def validation_detail(errors: Sequence[Any]) -> list[dict[str, Any]]:
-    """FastAPI's validation errors made always serializable."""
+    """FastAPI's validation errors made always serializable and bounded: at most MAX_ERRORS
+    of them (then one saying how many more), names and echoed inputs cut to MAX_ECHO."""
     detail = []
-    for error in errors:
-        msg = str(error.get("msg", ""))
-        reason = (error.get("ctx") or {}).get("error")
-        if error.get("type") == "json_invalid" and reason:
-            msg = f"malformed JSON: {reason}"
+    for error in errors[:MAX_ERRORS]:
         item = {
-            "loc": [part if isinstance(part, int) else str(part) for part in error.get("loc", ())],
-            "msg": msg,
+            "loc": [p if isinstance(p, int) else cut(str(p)) for p in error.get("loc", ())],
+            "msg": validation_message(error),
             "type": str(error.get("type", "value_error")),
         }
         if "input" in error:
             item["input"] = _safe_input(error["input"])
         detail.append(item)
+    if len(errors) > MAX_ERRORS:
+        more = len(errors) - MAX_ERRORS
+        detail.append({"loc": [], "msg": f"and {more} more errors", "type": "too_many_errors"})
     return detail
+
+
+def _wrong_content_type(request: Request, errors: Sequence[Any]) -> InvalidInput | None:
+    """A JSON body sent under another Content-Type reaches validation as bytes ("Input should
+    be a valid dictionary"): say what to send instead."""
+    sent = request.headers.get("content-type", "")
+    if not sent or _JSON_TYPES.match(sent):
+        return None
+    for error in errors:
+        if tuple(error.get("loc", ())) == ("body",) and isinstance(error.get("input"), bytes):
+            return InvalidInput(
+                ["body"],
+                f"the body must be JSON sent with Content-Type: application/json (this request "
+                f"said {cut(sent)!r})",
+            )
+    return None
 
 
 def _unparsable_body(cause: BaseException) -> InvalidInput:
@@ -63,19 +103,22 @@ def _unparsable_body(cause: BaseException) -> InvalidInput:
     return InvalidInput(["body"], f"not parsable as JSON ({type(cause).__name__})")
 
 
-def _request_error(exc: RequestError) -> JSONResponse:
+def _request_error(exc: RequestError) -> SafeJSONResponse:
     if isinstance(exc, InvalidInput):
-        return JSONResponse(exc.body(), status_code=exc.status_code)
-    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+        return SafeJSONResponse(exc.body(), status_code=exc.status_code)
+    return SafeJSONResponse({"detail": exc.detail}, status_code=exc.status_code)
 
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
-    async def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": validation_detail(exc.errors())}, status_code=422)
+    async def _invalid_request(request: Request, exc: RequestValidationError) -> SafeJSONResponse:
+        wrong_type = _wrong_content_type(request, exc.errors())
+        if wrong_type is not None:
+            return _request_error(wrong_type)
+        return SafeJSONResponse({"detail": validation_detail(exc.errors())}, status_code=422)
 
     @app.exception_handler(RequestError)
-    async def _service_error(_request: Request, exc: RequestError) -> JSONResponse:
+    async def _service_error(_request: Request, exc: RequestError) -> SafeJSONResponse:
         return _request_error(exc)
 
     @app.exception_handler(HTTPException)
@@ -91,10 +134,10 @@ def install_error_handlers(app: FastAPI) -> None:
             # Starlette's Allow names the methods of one route; the path may have several
             allowed = ", ".join(allowed_methods(request.app, request.url.path))
             headers = {**(exc.headers or {}), "Allow": allowed}
-            return JSONResponse({"detail": exc.detail}, status_code=405, headers=headers)
+            return SafeJSONResponse({"detail": exc.detail}, status_code=405, headers=headers)
         return await http_exception_handler(request, exc)
 
     @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> SafeJSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse({"detail": "internal error"}, status_code=500)
+        return SafeJSONResponse({"detail": "internal error"}, status_code=500)

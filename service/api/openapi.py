@@ -27,11 +27,11 @@ from fastapi.routing import APIRoute
 
 from service.api.deps import require_read, require_read_async
 from service.schemas.client_results import CLIENT_KEY_SCHEMA
-from service.schemas.common import JSON_OBJECT_MARK, NO_NUL_PATTERN
+from service.schemas.common import JSON_OBJECT_MARK, TEXT_PATTERN
 from service.settings import Settings
 from tuner.problems import MAX_DIM, PROBLEM_TYPES, ReduceKind
 
-__all__ = ["install_openapi", "allowed_methods", "ERROR_SCHEMA"]
+__all__ = ["install_openapi", "allowed_methods", "api_routes", "ERROR_SCHEMA"]
 
 ERROR_SCHEMA: dict[str, Any] = {
     "title": "ErrorOut",
@@ -84,7 +84,7 @@ _JSON_OBJECT_REF = {"$ref": "#/components/schemas/JsonObject"}
 _JSON_SCHEMAS: dict[str, Any] = {
     "JsonObject": {
         "type": "object",
-        "propertyNames": {"pattern": NO_NUL_PATTERN},
+        "propertyNames": {"pattern": TEXT_PATTERN},
         "additionalProperties": {"$ref": "#/components/schemas/JsonValue"},
     },
     "JsonValue": {
@@ -92,7 +92,7 @@ _JSON_SCHEMAS: dict[str, Any] = {
             {"type": "null"},
             {"type": "boolean"},
             {"type": "number"},
-            {"type": "string", "pattern": NO_NUL_PATTERN},
+            {"type": "string", "pattern": TEXT_PATTERN},
             {"type": "array", "items": {"$ref": "#/components/schemas/JsonValue"}},
             _JSON_OBJECT_REF,
         ]
@@ -111,7 +111,7 @@ def _json_objects(node: Any) -> Any:
     return node
 
 
-def _api_routes(app: FastAPI) -> Iterator[tuple[str, APIRoute]]:
+def api_routes(app: FastAPI) -> Iterator[tuple[str, APIRoute]]:
     """(path as documented, route) of every API route, included routers too."""
     contexts = getattr(routing, "iter_route_contexts", None)
     if contexts is None:  # FastAPI before included-router contexts: routes are flat
@@ -177,7 +177,7 @@ def _document(schema: dict[str, Any], app: FastAPI, settings: Settings) -> None:
     )
     reads = {
         (path, method.lower())
-        for path, route in _api_routes(app)
+        for path, route in api_routes(app)
         if _uses(route, require_read) or _uses(route, require_read_async)
         for method in route.methods or ()
     }

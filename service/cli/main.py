@@ -34,6 +34,7 @@ from service.cli.common import (
 from service.cli.ops import best_app, tune_app
 from service.cli.output import jobs_table
 from service.cli.query import query_command
+from service.cli.tokens import token_app
 from service.client import ClientError
 from service.errors import ServiceError
 from service.settings import get_settings
@@ -53,7 +54,6 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
 jobs_app = typer.Typer(help="List and cancel jobs.", invoke_without_command=True)
-token_app = typer.Typer(help="API tokens.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(tune_app, name="tune")
 app.add_typer(best_app, name="best")
@@ -85,21 +85,7 @@ def jobs_cancel(job_id: str, server: ServerOpt = None, token: TokenOpt = None) -
     stdout.print(f"job {job_id}: {job.status}")
 
 
-# -- token, db ------------------------------------------------------------------------------
-
-
-@token_app.command("create")
-def token_create(
-    name: Annotated[str, typer.Option(help="Who holds the token (a host, a person).")],
-    scope: Annotated[
-        list[str], typer.Option(help="read, submit, worker or admin; repeat for several.")
-    ],
-    url: Annotated[str | None, typer.Option(help="Database URL (default: settings).")] = None,
-) -> None:
-    """Create a token directly in the database and print it (shown once)."""
-    from service.cli.serve import create_token_in_db
-
-    print(create_token_in_db(url or get_settings().database_url, name, scope))
+# -- db ------------------------------------------------------------------------------------
 
 
 @db_app.command("upgrade")

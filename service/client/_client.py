@@ -425,6 +425,8 @@ class TunehubClient:
         return self._call(HeartbeatOut, "POST", path, body=progress, lease_call=True)
 
     def upload_results(self, lease_id: str, results: ResultsIn) -> ResultsOut:
-        """A batch of measurements for the lease; ``results.final`` ends the task."""
+        """A batch of measurements for the lease; ``results.final`` ends the task. Retried
+        like a read: the service keys an upload by lease and variant and answers the same
+        body again as ``replayed`` (other content under a stored variant is a 409)."""
         path = f"/v1/leases/{lease_id}/results"
-        return self._call(ResultsOut, "POST", path, body=results, lease_call=True)
+        return self._call(ResultsOut, "POST", path, body=results, lease_call=True, idempotent=True)

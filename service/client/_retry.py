@@ -1,9 +1,10 @@
 """When to send a request again, and how long to wait first.
 
-Only requests that cannot do harm twice are retried on every transient failure: reads (GET)
-and the read-only batch query. A request that changes state (submit a job, upload results,
-lease) is retried only when the connection was never made (refused, connect timeout), because
-then the server cannot have seen it.
+Only requests that cannot do harm twice are retried on every transient failure: reads (GET),
+the read-only batch query, and the uploads the service keys itself (a lease's results, by
+lease and variant; build records and artifacts, by variant and content). A request that
+changes state otherwise (submit a job, lease) is retried only when the connection was never
+made (refused, connect timeout), because then the server cannot have seen it.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, model_va
 from service.schemas.common import (
     COMPLETE_DEVICE_SCHEMA,
     COMPLETE_TOOLCHAIN_SCHEMA,
-    NO_NUL_PATTERN,
+    TEXT_PATTERN,
     DeviceOut,
     DeviceReport,
     JsonDict,
@@ -26,7 +26,7 @@ from service.schemas.common import (
     SafeStr,
     ToolchainOut,
 )
-from service.schemas.worker import MEDIAN_WHEN_OK, ToolchainReport
+from service.schemas.worker import MEDIAN_WHEN_OK, ToolchainReport, timing_order_error
 
 __all__ = [
     "CLIENT_OP_PATTERN",
@@ -70,10 +70,10 @@ def _scalar_key(key: dict[str, Any]) -> dict[str, Any]:
 CLIENT_KEY_SCHEMA: dict[str, Any] = {
     "type": "object",
     "maxProperties": 64,
-    "propertyNames": {"pattern": NO_NUL_PATTERN},
+    "propertyNames": {"pattern": TEXT_PATTERN},
     "additionalProperties": {
         "anyOf": [
-            {"type": "string", "pattern": NO_NUL_PATTERN},
+            {"type": "string", "pattern": TEXT_PATTERN},
             {"type": "number"},
             {"type": "boolean"},
             {"type": "null"},
@@ -102,6 +102,9 @@ class ClientMeasurementIn(RequestModel):
     def _ok_has_time(self) -> ClientMeasurementIn:
         if self.outcome == "ok" and self.median_us is None:
             raise ValueError("median_us is required when outcome is 'ok'")
+        reason = timing_order_error(self.median_us, self.p20_us, self.p80_us, None)
+        if reason is not None:
+            raise ValueError(reason)
         return self
 
 

@@ -20,6 +20,7 @@ from pydantic import (
     Strict,
 )
 
+from service.schemas.text import TEXT_PATTERN, check_text
 from tuner.problems import MAX_DIM, PROBLEM_TYPES, DType, Op, ReduceKind
 from tuner.registry import BackendName, StrategyName
 from tuner.types import Objective
@@ -30,9 +31,10 @@ __all__ = [
     "SafeStr",
     "JsonDict",
     "JsonInt",
+    "JsonBool",
     "INTEGRAL",
     "ShortStr",
-    "NO_NUL_PATTERN",
+    "TEXT_PATTERN",
     "JSON_OBJECT_MARK",
     "COMPLETE_DEVICE_SCHEMA",
     "PROBLEM_SCHEMA",
@@ -57,11 +59,15 @@ __all__ = [
     "ToolchainOut",
     "HealthOut",
     "MAX_BUDGET_VARIANTS",
+    "MAX_ROW_ID",
     "MAX_BUDGET_SECONDS",
     "MAX_JSON_BYTES",
 ]
 
 MAX_BUDGET_VARIANTS = 100_000
+#: integer row ids (measurements, tokens) are 32-bit on PostgreSQL: a larger one names nothing
+#: (and must not reach a query, where it overflows the column's type)
+MAX_ROW_ID = 2**31 - 1
 MAX_BUDGET_SECONDS = 7 * 24 * 3600.0
 #: provenance/params blobs larger than this are refused
 MAX_JSON_BYTES = 64 * 1024
@@ -75,22 +81,15 @@ FINISHED_STATUSES = frozenset({"done", "failed", "cancelled"})
 MAX_LOG_CHARS = 16_000
 
 
-def _no_nul(value: str) -> str:
-    # PostgreSQL text cannot hold NUL; refuse it here rather than fail in the database
-    if "\x00" in value:
-        raise ValueError("must not contain NUL characters")
-    return value
-
-
 def _json_blob(value: dict[str, Any]) -> dict[str, Any]:
     def walk(item: Any) -> None:
         if isinstance(item, float) and not math.isfinite(item):
             raise ValueError("must not contain NaN or infinity")
         if isinstance(item, str):
-            _no_nul(item)
+            check_text(item)
         elif isinstance(item, dict):
             for key, sub in item.items():
-                _no_nul(str(key))
+                check_text(str(key))
                 walk(sub)
         elif isinstance(item, list):
             for sub in item:
@@ -109,16 +108,16 @@ def _integral(value: Any) -> Any:
     return value
 
 
-#: what the JSON schema says of every SafeStr (no NUL), so that the document is exact
-NO_NUL_PATTERN = "^[^\x00]*$"
 #: marks a JsonDict in a JSON schema; service.api.openapi points it at a recursive schema
 JSON_OBJECT_MARK = "x-tunehub-json-object"
 
 
-class _NoNulSchema:
+class _TextSchema:
+    """Says :data:`TEXT_PATTERN` in the JSON schema of every SafeStr, so the document is exact."""
+
     def __get_pydantic_json_schema__(self, core: Any, handler: Any) -> dict[str, Any]:
         schema: dict[str, Any] = handler(core)
-        schema.setdefault("pattern", NO_NUL_PATTERN)
+        schema.setdefault("pattern", TEXT_PATTERN)
         return schema
 
 
@@ -127,24 +126,27 @@ class _JsonObjectSchema:
         return {"type": "object", JSON_OBJECT_MARK: True}
 
 
-SafeStr = Annotated[str, AfterValidator(_no_nul), _NoNulSchema()]
+SafeStr = Annotated[str, AfterValidator(check_text), _TextSchema()]
 #: a short name (library names and versions)
-ShortStr = Annotated[str, AfterValidator(_no_nul), Field(max_length=200)]
-#: a JSON object of params or provenance: no NUL in any string, finite numbers, bounded size
+ShortStr = Annotated[str, AfterValidator(check_text), Field(max_length=200)]
+#: a JSON object of params or provenance: acceptable text (service.schemas.text) in every
+#: string and key, finite numbers, bounded size
 JsonDict = Annotated[dict[str, Any], AfterValidator(_json_blob), _JsonObjectSchema()]
 #: turns an integer-valued JSON number into an int; goes last in an Annotated int, after
 #: Field(ge, le), so that the bounds reach the JSON schema also inside ``| None``
 INTEGRAL = BeforeValidator(_integral)
 #: an integer: JSON integers and integer-valued numbers; never a string or a bool
 JsonInt = Annotated[int, Strict(), INTEGRAL]
+#: a boolean: JSON true or false; never 0, 1 or "yes"
+JsonBool = Annotated[bool, Strict()]
 
 
 def _string_map(schema: dict[str, Any], max_length: int) -> None:
     """A dict of SafeStr to SafeStr, said exactly (pydantic says it with patternProperties,
     which leaves other keys unconstrained)."""
-    text = {"type": "string", "maxLength": max_length, "pattern": NO_NUL_PATTERN}
+    text = {"type": "string", "maxLength": max_length, "pattern": TEXT_PATTERN}
     schema.pop("patternProperties", None)
-    schema["propertyNames"] = {"maxLength": max_length, "pattern": NO_NUL_PATTERN}
+    schema["propertyNames"] = {"maxLength": max_length, "pattern": TEXT_PATTERN}
     schema["additionalProperties"] = text
 
 
@@ -252,7 +254,12 @@ class DeviceIn(DeviceReport):
 
 
 class DeviceOut(DeviceFields, ResponseModel):
+    # answers take what is stored as it is: the text rule is the door's (service.schemas.text)
     backend: str  # type: ignore[assignment]  # answers may name backends this client lacks
+    name: str = ""
+    arch: str = ""
+    driver: str = ""
+    runtime: str = ""
     key: str = ""
 
 
@@ -269,6 +276,9 @@ class ToolchainFields(BaseModel):
 
 
 class ToolchainOut(ToolchainFields, ResponseModel):
+    compiler: str = ""
+    template_version: str = ""
+    libraries: dict[str, str] = Field(default_factory=dict)
     key: str = ""
 
 

@@ -12,6 +12,7 @@ from service.schemas.common import (
     Backend,
     DeviceOut,
     DType,
+    JsonDict,
     Op,
     RequestModel,
     ResponseModel,
@@ -32,7 +33,10 @@ __all__ = [
     "Scope",
     "TokenCreate",
     "TokenOut",
+    "TokenInfo",
+    "TokenList",
     "ImportSummary",
+    "ImportRefusal",
 ]
 
 MAX_QUERIES = 1024
@@ -89,7 +93,7 @@ class ConfigQuery(RequestModel):
     device: SafeStr | None = Field(default=None, max_length=300)
     backend: Backend | None = None
     toolchain: SafeStr | None = Field(default=None, max_length=1000)
-    problem: dict[str, Any]
+    problem: JsonDict
 
 
 class ConfigQueryBatch(RequestModel):
@@ -151,8 +155,42 @@ class TokenOut(ResponseModel):
     token: str
 
 
+class TokenInfo(ResponseModel):
+    """A token as an admin sees it: never its plaintext or hash."""
+
+    id: int
+    name: str
+    scopes: list[str]
+    revoked: bool
+    #: the devices a worker token may serve (``key`` or ``key@uid``); empty: no map
+    devices: list[str] = []
+    created_at: datetime
+
+
+class TokenList(ResponseModel):
+    tokens: list[TokenInfo]
+
+
+class ImportRefusal(ResponseModel):
+    """A line an import refused: its number, the field and the reason."""
+
+    line: int
+    loc: list[str | int]
+    msg: str
+
+
 class ImportSummary(ResponseModel):
+    """What ``POST /v1/import`` did with each non-blank line: ``inserted`` (a new key),
+    ``replaced`` (faster with confidence than the stored winner), ``kept`` (stored as history,
+    the stored winner stays), ``duplicates`` (stored already: nothing added) or ``refused``
+    (listed in ``errors``, the first 100)."""
+
     records: int
     inserted: int
     replaced: int
     kept: int
+    #: beat the stored winner by more than TUNEHUB_RECORD_MARGIN, unconfirmed: held, not served
+    held: int = 0
+    duplicates: int = 0
+    refused: int = 0
+    errors: list[ImportRefusal] = []

@@ -14,6 +14,7 @@ from service.schemas.common import (
     BudgetOut,
     DeviceSelector,
     DType,
+    JsonDict,
     JsonInt,
     Objective,
     Op,
@@ -44,7 +45,7 @@ class JobCreate(RequestModel):
     op: Op
     dtype: DType
     layout: SafeStr | None = None
-    problems: list[dict[str, Any]] = Field(
+    problems: list[JsonDict] = Field(
         min_length=1,
         max_length=MAX_PROBLEMS_PER_JOB,
         json_schema_extra={"items": PROBLEM_SCHEMA},
@@ -119,6 +120,9 @@ class JobSummary(ResponseModel):
     objective: str
     seed: int
     confirm: int = 1
+    #: the name of the token that submitted the job (its owner: only that token or an admin
+    #: may cancel it); None for a job stored before owners
+    submitted_by: str | None = None
     created_at: datetime
     updated_at: datetime
     error: str | None = None

@@ -23,6 +23,7 @@ from service.schemas.common import (
     DeviceReport,
     DeviceSelector,
     DType,
+    JsonBool,
     JsonDict,
     JsonInt,
     Objective,
@@ -40,6 +41,7 @@ __all__ = [
     "Outcome",
     "MAX_MEASUREMENTS_PER_UPLOAD",
     "MEDIAN_WHEN_OK",
+    "timing_order_error",
     "HostIdentity",
     "WorkerRegister",
     "WorkerOut",
@@ -61,6 +63,26 @@ MEDIAN_WHEN_OK: dict[str, Any] = {
     "if": {"properties": {"outcome": {"const": "ok"}}},
     "then": {"required": ["median_us"], "properties": {"median_us": {"type": "number"}}},
 }
+
+
+#: relative slack of the timing order (quantiles of one sample set are ordered; floats round)
+_ORDER_SLACK = 1e-9
+
+
+def timing_order_error(
+    median_us: float | None, p20_us: float | None, p80_us: float | None, min_us: float | None
+) -> str | None:
+    """Why the given timings are not ordered min <= p20 <= median <= p80 (None: they are).
+    Every upload, client result and import checks it (one sample set gives them all)."""
+    named = (("min_us", min_us), ("p20_us", p20_us), ("median_us", median_us), ("p80_us", p80_us))
+    chain = [(name, value) for name, value in named if value is not None]
+    for (low, x), (high, y) in zip(chain, chain[1:], strict=False):
+        if x > y * (1 + _ORDER_SLACK):
+            return (
+                f"{low} ({x:g}) is above {high} ({y:g}): timings of one sample set are ordered "
+                "min <= p20 <= median <= p80"
+            )
+    return None
 
 
 class HostIdentity(RequestModel):
@@ -156,15 +178,18 @@ class MeasurementIn(RequestModel):
     #: long logs are cut to their last MAX_LOG_CHARS characters, not refused
     log: SafeStr = ""
     provenance: JsonDict = Field(default_factory=dict)
-    suspect: bool = False
+    suspect: JsonBool = False
     #: a later timing of a variant this lease already uploaded (a suspect re-measured once
     #: quiet, or a near-tie confirmed side by side): it replaces that row's timing, adding no row
-    retimed: bool = False
+    retimed: JsonBool = False
 
     @model_validator(mode="after")
     def _ok_has_time(self) -> MeasurementIn:
         if self.outcome == "ok" and self.median_us is None:
             raise ValueError("median_us is required when outcome is 'ok'")
+        reason = timing_order_error(self.median_us, self.p20_us, self.p80_us, self.min_us)
+        if reason is not None:
+            raise ValueError(reason)
         if len(self.log) > MAX_LOG_CHARS:
             self.log = self.log[-MAX_LOG_CHARS:]
         return self
@@ -204,7 +229,7 @@ class ResultsIn(RequestModel):
     measurements: list[MeasurementIn] = Field(
         default_factory=list, max_length=MAX_MEASUREMENTS_PER_UPLOAD
     )
-    final: bool = False
+    final: JsonBool = False
     error: SafeStr | None = Field(default=None, max_length=MAX_LOG_CHARS)
     #: with ``final``: budgeted candidates the task's budget left unmeasured (0: complete)
     unmeasured: JsonInt = Field(default=0, ge=0, le=MAX_BUDGET_VARIANTS)
@@ -222,7 +247,14 @@ class ResultsIn(RequestModel):
 
 
 class ResultsOut(ResponseModel):
+    #: measurements this upload stored (new rows, and re-timings applied)
     stored: int
+    #: measurements the lease had stored already with the same content: a retried upload,
+    #: which adds nothing (other content under a stored variant is a 409)
+    replayed: int = 0
+    #: measurements of variants an earlier lease of the task stored (its worker gone): the
+    #: first measurement stays
+    kept: int = 0
     #: after final: the task's fastest verified measurement (None before final or if none)
     winner: WinnerSummary | None = None
     task_status: str = "running"

@@ -6,8 +6,10 @@ contenders the rounds cannot tell from the fastest form the tie set, in which th
 default, then the incumbent, then the variant name wins; a stored best config is replaced
 only by a winner faster with confidence (``tuner.winner.replaces_incumbent``), so re-tuning
 does not flip winners on noise. The best config keeps the deciding job's tie set and how
-many budgeted candidates were left unmeasured. Uploads (:mod:`service.store.results`) and
-imports (:mod:`service.store.transfer`) both go through :func:`upsert_best`.
+many budgeted candidates were left unmeasured. A winner that beats the stored one by more
+than the team's TUNEHUB_RECORD_MARGIN is held instead, until another host confirms it.
+Uploads (:mod:`service.store.results`) and imports (:mod:`service.store.imports`) both go
+through :func:`upsert_best`.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ __all__ = [
     "pick_winner",
     "replaces_stored",
     "upsert_best",
+    "is_record",
     "incumbents_of",
 ]
 
-UpsertOutcome = Literal["inserted", "replaced", "kept"]
+UpsertOutcome = Literal["inserted", "replaced", "kept", "held"]
 
 
 def decide_winner(
@@ -114,16 +117,31 @@ def _kept_tie_set(
     return [kept.name, *(name for name in tie_set if name != kept.name)]
 
 
+def is_record(current: Measurement | None, candidate: Measurement, margin: float | None) -> bool:
+    """Whether ``candidate`` beats the stored winner ``current`` by more than ``margin`` (a
+    fraction of its median; None: the policy is off, TUNEHUB_RECORD_MARGIN)."""
+    if margin is None or current is None or current.median_us is None:
+        return False
+    return candidate.median_us is not None and candidate.median_us < current.median_us * (
+        1.0 - margin
+    )
+
+
 def upsert_best(
     session: Session,
     candidate: Measurement,
     tie_set: Sequence[str] = (),
     unmeasured: int = 0,
+    *,
+    record_margin: float | None = None,
 ) -> UpsertOutcome:
     """Make ``candidate`` (outcome ok) the best config of its key unless the stored one is
     not beaten with confidence (:func:`replaces_stored`). ``tie_set``: the variant names
     the candidate's job could not tell from its fastest; ``unmeasured``: the budgeted
-    candidates that job left unmeasured (the key keeps the fewest any of its jobs left)."""
+    candidates that job left unmeasured (the key keeps the fewest any of its jobs left).
+    A candidate that beats the stored winner by more than ``record_margin`` is ``held``:
+    stored as the key's pending record, not served until another host confirms it
+    (:mod:`service.store.confirm`)."""
     key = best_key(candidate)
     now = utcnow()
     names = list(tie_set)
@@ -141,6 +159,9 @@ def upsert_best(
     best.unmeasured = min(best.unmeasured, unmeasured)
     current = session.get(Measurement, best.measurement_id)
     if replaces_stored(session, current, candidate):
+        if is_record(current, candidate, record_margin):
+            best.pending_measurement_id = candidate.id
+            return "held"
         best.measurement_id = candidate.id
         best.updated_at = now
         best.confirmed = False  # until another host re-measures the new winner

@@ -163,6 +163,15 @@ class Snapshot:
                 pairs.append((device_id, newest.id))
         return pairs
 
+    def toolchain_keys(
+        self, op: str, dtype: str, layout: str, device_ids: Iterable[int]
+    ) -> list[str]:
+        """The keys of every toolchain with results for op/dtype/layout on the devices."""
+        ids: set[int] = set()
+        for device_id in device_ids:
+            ids |= self.group_toolchains.get((op, dtype, layout, device_id), frozenset())
+        return sorted(self.toolchains[t].key for t in ids)
+
     def nearest(
         self,
         op: str,

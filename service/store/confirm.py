@@ -20,10 +20,18 @@ queued that only an independent worker holding the winner's device key may lease
 
 ``confirmed`` is recomputed from the stored measurements whenever a final upload or an
 import touches the key, so it does not depend on the order in which the two workers finish.
+
+Records (TUNEHUB_RECORD_MARGIN): a winner that beats the stored one by more than the team's
+margin is held (``best_configs.pending_measurement_id``, :func:`service.store.best.upsert_best`)
+and a re-measuring task is queued for it as for ``confirm: 2``; the stored winner is served
+until an independent worker's measurement of the record lands within the tie band, which makes
+the record the served, confirmed winner, or outside it, which drops the record
+(:func:`settle_pending`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from sqlalchemy import ColumnElement, and_, false, or_, select
@@ -40,10 +48,20 @@ from service.store.models import (
     Variant,
     Worker,
     WorkerDevice,
+    utcnow,
 )
 from tuner import winner as winner_rule
 
-__all__ = ["independent", "refresh_confirmed", "refresh_key", "queue_confirmation", "lease_clause"]
+__all__ = [
+    "independent",
+    "refresh_confirmed",
+    "settle_pending",
+    "refresh_key",
+    "queue_confirmation",
+    "lease_clause",
+]
+
+log = logging.getLogger(__name__)
 
 
 def independent(measured_by: Worker | None, other: Worker | None) -> bool:
@@ -62,14 +80,15 @@ def _worker(session: Session, worker_id: str | None) -> Worker | None:
     return session.get(Worker, worker_id) if worker_id is not None else None
 
 
-def refresh_confirmed(session: Session, best: BestConfig) -> bool:
-    """Set and return ``best.confirmed`` from the measurements of its key (module doc)."""
-    current = session.get(Measurement, best.measurement_id)
+def _verdict(session: Session, best: BestConfig, measured: Measurement | None) -> bool | None:
+    """Whether an independent worker re-measured ``measured``'s variant for the key of
+    ``best`` within the tie band (True), re-measured it only outside it (False), or has not
+    (None)."""
+    current = measured
     variant = session.get(Variant, current.variant_id) if current is not None else None
     owner = _worker(session, current.worker_id) if current is not None else None
     if current is None or variant is None or current.median_us is None or owner is None:
-        best.confirmed = False
-        return False
+        return None
     rows = session.execute(
         select(Measurement.median_us, Worker)
         .join(Variant, Variant.id == Measurement.variant_id)
@@ -84,13 +103,40 @@ def refresh_confirmed(session: Session, best: BestConfig) -> bool:
         )
     ).all()
     winner_us = current.median_us
-    best.confirmed = any(
-        median is not None
-        and independent(owner, worker)
-        and winner_rule.tied_with(min(median, winner_us), max(median, winner_us))
-        for median, worker in rows
-    )
+    medians = [m for m, worker in rows if m is not None and independent(owner, worker)]
+    if not medians:
+        return None
+    return any(winner_rule.tied_with(min(m, winner_us), max(m, winner_us)) for m in medians)
+
+
+def refresh_confirmed(session: Session, best: BestConfig) -> bool:
+    """Set and return ``best.confirmed`` from the measurements of its key (module doc)."""
+    best.confirmed = _verdict(session, best, session.get(Measurement, best.measurement_id)) is True
     return best.confirmed
+
+
+def settle_pending(session: Session, best: BestConfig) -> str | None:
+    """Decide the key's held record (``pending_measurement_id``, TUNEHUB_RECORD_MARGIN): once
+    an independent worker re-measured it within the tie band it becomes the served winner,
+    confirmed ("promoted"); re-measured only outside the band, it is dropped ("refuted");
+    else it stays held (None)."""
+    if best.pending_measurement_id is None:
+        return None
+    pending = session.get(Measurement, best.pending_measurement_id)
+    verdict = _verdict(session, best, pending) if pending is not None else False
+    if verdict is None:
+        return None
+    best.pending_measurement_id = None
+    if not verdict or pending is None:
+        log.warning("best config %s: held record refuted by another host", best.id)
+        return "refuted"
+    variant = session.get(Variant, pending.variant_id)
+    best.measurement_id = pending.id
+    best.confirmed = True
+    best.tie_set = [variant.name] if variant is not None else None
+    best.updated_at = utcnow()
+    log.info("best config %s: held record confirmed by another host, now served", best.id)
+    return "promoted"
 
 
 def refresh_key(session: Session, job: Job, task: Task, device_id: int, toolchain_id: int) -> None:
@@ -108,12 +154,15 @@ def refresh_key(session: Session, job: Job, task: Task, device_id: int, toolchai
     ).first()
     if best is not None:
         refresh_confirmed(session, best)
+        settle_pending(session, best)
 
 
-def queue_confirmation(session: Session, job: Job, task: Task, winner: Measurement) -> Task | None:
-    """Queue the re-measuring task of ``task`` when its job asks for confirmation; None when
-    it does not (or ``task`` is itself a re-measuring task)."""
-    if job.confirm < 2 or task.confirm_of is not None:
+def queue_confirmation(
+    session: Session, job: Job, task: Task, winner: Measurement, *, held: bool = False
+) -> Task | None:
+    """Queue the re-measuring task of ``task`` when its job asks for confirmation, or its
+    winner is a ``held`` record; None when neither (or ``task`` is a re-measuring task)."""
+    if (job.confirm < 2 and not held) or task.confirm_of is not None:
         return None
     confirm = Task(
         job_id=job.id,

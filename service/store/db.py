@@ -21,6 +21,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.errors import DatabaseNotMigrated
+from service.schemas import text
 
 __all__ = [
     "make_engine",
@@ -51,7 +52,9 @@ PG_MAX_OVERFLOW = 35
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; creates the parent dir of a SQLite file on first use."""
     parsed = make_url(url)
-    kwargs: dict[str, Any] = {"future": True}
+    # JSON columns written before the text rule may hold escaped lone surrogates: read them as
+    # U+FFFD, so that every answer built from them can be sent (service.schemas.text)
+    kwargs: dict[str, Any] = {"future": True, "json_deserializer": text.loads}
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)

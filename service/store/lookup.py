@@ -201,6 +201,24 @@ def _not_found(query: LookupQuery) -> NotFound:
     )
 
 
+def _no_pairs(query: LookupQuery, snapshot: Snapshot) -> NotFound:
+    """Why no stored group may answer: a toolchain no result was measured with is said as
+    such, with the toolchains that have results; else "not tuned yet"."""
+    if query.toolchain is not None:
+        devices = snapshot.device_ids(query.device, query.backend)
+        present = snapshot.toolchain_keys(query.op, query.dtype, query.layout, devices)
+        if present:
+            shown = ", ".join(repr(key) for key in present[:5])
+            more = f" and {len(present) - 5} more" if len(present) > 5 else ""
+            return NotFound(
+                f"no {query.op} {query.dtype} {query.layout} results under toolchain "
+                f"{query.toolchain!r} (a toolchain is named by its key, compiler or template "
+                f"version); results exist under {shown}{more}, or leave toolchain out for the "
+                "newest"
+            )
+    return _not_found(query)
+
+
 def _pairs(snapshot: Snapshot, query: LookupQuery) -> list[tuple[int, int]]:
     devices = snapshot.device_ids(query.device, query.backend)
     return snapshot.allowed(query.op, query.dtype, query.layout, devices, query.toolchain)
@@ -295,7 +313,7 @@ def find_best(
     snapshot = best_index_for(_engine(session)).fresh(session)
     pairs = _pairs(snapshot, query)
     if not pairs:
-        raise _not_found(query)
+        raise _no_pairs(query, snapshot)
     rows = _rows(session, _EXACT, op=op, dtype=dtype, layout=layout, key=problem.key(), pairs=pairs)
     if rows:
         return _answer(query, rows, exact=True)
@@ -372,7 +390,10 @@ def _find_many(session: Session, queries: Sequence[LookupQuery]) -> list[dict[st
         statement = _BY_ID_PG if postgresql else _BY_ID
         by_id = {row.id: row for row in _rows(session, statement, ids=sorted(all_ids))}
     answers: list[dict[str, Any] | NotFound] = []
-    for query, chosen, ids in zip(queries, exact_rows, near_ids, strict=True):
+    for query, allowed, chosen, ids in zip(queries, pairs, exact_rows, near_ids, strict=True):
+        if not allowed:
+            answers.append(_no_pairs(query, snapshot))
+            continue
         try:
             if chosen:
                 answers.append(_answer(query, chosen, exact=True))

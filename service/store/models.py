@@ -44,6 +44,7 @@ __all__ = [
     "Measurement",
     "BestConfig",
     "ApiToken",
+    "TokenDevice",
     "ClientMeasurement",
     "ClientBestConfig",
     "VariantBuild",
@@ -96,6 +97,11 @@ class Device(Base):
     driver: Mapped[str] = mapped_column(String(100), default="")
     runtime: Mapped[str] = mapped_column(String(100), default="")
     memory_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: the device's copy rate (GB/s, read + written) and peak rates (TFLOP/s by dtype), as an
+    #: admin recorded them (None: the product's defaults, service.store.bounds): no
+    #: measurement may beat them (service.store.checks)
+    copy_gbps: Mapped[float | None] = mapped_column(Float, default=None)
+    peak_tflops: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     def key(self) -> str:
@@ -133,6 +139,11 @@ class Job(Base):
     confirm: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     status: Mapped[str] = mapped_column(String(16), default="queued")
     error: Mapped[str | None] = mapped_column(Text, default=None)
+    #: the token that submitted it, its owner: only it or an admin may cancel the job (None:
+    #: a job stored before owners, which only an admin cancels)
+    token_id: Mapped[int | None] = mapped_column(
+        ForeignKey("api_tokens.id", name="fk_jobs_token_id"), default=None, index=True
+    )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
@@ -286,6 +297,9 @@ class BestConfig(Base):
     tie_set: Mapped[list[Any] | None] = mapped_column(default=None)
     #: budgeted candidates left unmeasured by the most complete job of the key (0: complete)
     unmeasured: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: a winner that beat this one by more than TUNEHUB_RECORD_MARGIN, held (not served)
+    #: until another host confirms it (service.store.confirm); plain int, as on tasks
+    pending_measurement_id: Mapped[int | None] = mapped_column(Integer, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
@@ -300,6 +314,22 @@ class ApiToken(Base):
     scopes: Mapped[list[Any]] = mapped_column()
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class TokenDevice(Base):
+    """A device a worker token may serve, as an admin mapped it: a device key
+    (``backend:name:arch:sm_count``) and, optionally, the hashed id of the physical device
+    (``tuner.host.device_uid``) its registration must carry. A token with no rows serves any
+    device (unless TUNEHUB_DEVICE_MAP_REQUIRED); see service.store.device_map."""
+
+    __tablename__ = "token_devices"
+    __table_args__ = (Index("ix_token_devices_token_id", "token_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    token_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id", ondelete="CASCADE"))
+    device_key: Mapped[str] = mapped_column(String(400))
+    device_uid: Mapped[str | None] = mapped_column(String(100), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class ClientMeasurement(Base):

@@ -77,16 +77,13 @@ def live_worker_devices(session: Session, live_seconds: float) -> list[Device]:
     """Devices of the workers seen (registered, leasing or heartbeating) in the last
     ``live_seconds``: the ones that can take a queued task soon."""
     since = utcnow() - timedelta(seconds=live_seconds)
-    return list(
-        session.scalars(
-            select(Device)
-            .join(WorkerDevice, WorkerDevice.device_id == Device.id)
-            .join(Worker, Worker.id == WorkerDevice.worker_id)
-            .where(Worker.last_seen_at >= since)
-            .distinct()
-            .order_by(Device.id)
-        )
+    # DISTINCT over ids only: PostgreSQL has no equality for the json columns of a device
+    live = (
+        select(WorkerDevice.device_id)
+        .join(Worker, Worker.id == WorkerDevice.worker_id)
+        .where(Worker.last_seen_at >= since)
     )
+    return list(session.scalars(select(Device).where(Device.id.in_(live)).order_by(Device.id)))
 
 
 def _wanted(selector: dict[str, Any]) -> str:
@@ -114,8 +111,8 @@ def waiting_for(session: Session, job: Job, live: Sequence[Device]) -> str | Non
         if queued and all(task is not None for task in queued):
             return (
                 "waiting for another host (another machine and physical device with the same "
-                "device key) to re-measure each winner (confirm 2); the measuring host's own "
-                "workers cannot confirm it"
+                "device key) to re-measure each winner (confirm 2) or held record "
+                "(TUNEHUB_RECORD_MARGIN); the measuring host's own workers cannot confirm it"
             )
         return None
     if not session.scalar(select(exists().where(Task.job_id == job.id, Task.status == "queued"))):

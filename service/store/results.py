@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from service.errors import Conflict, InvalidInput
 from service.schemas.worker import MeasurementIn, ResultsIn
 from service.store.best import decide_winner, incumbents_of, upsert_best
+from service.store.checks import impossible, space_rejection, variant_clash, variant_id_error
 from service.store.confirm import queue_confirmation, refresh_key
 from service.store.keys import (
     device_row,
@@ -24,6 +25,7 @@ from service.store.keys import (
     toolchain_row,
 )
 from service.store.models import (
+    Device,
     Job,
     Lease,
     Measurement,
@@ -33,10 +35,10 @@ from service.store.models import (
     utcnow,
 )
 from service.store.queue import held_task, refresh_job_status
+from service.store.replays import count_replays
 from service.store.validation import usable_id
 from service.store.views import winner_dict
 from tuner.problems import problem_from_dict
-from tuner.verify import canonical_params, variant_rejection
 
 __all__ = ["store_results"]
 
@@ -55,31 +57,39 @@ def _check_device(job: Job, body: ResultsIn) -> None:
 
 
 def _check_variants(
-    session: Session, job: Job, task: Task, body: ResultsIn, new: set[str], verify: bool
+    session: Session,
+    job: Job,
+    task: Task,
+    body: ResultsIn,
+    new: set[str],
+    verify: bool,
+    device: Device,
 ) -> None:
-    """422 naming the measurement whose variant the op's space does not accept for the
-    task's problem on the reported device, or whose id is stored with other params."""
+    """422 naming the measurement (service.store.checks) whose verified timings beat what the
+    device can do for the problem, or, of the ones to store, whose variant the op's space does not
+    accept for the task's problem on the reported device (with ``verify``: or whose id is not
+    a sha256), or whose id is stored with other params."""
     assert body.device is not None
     known = {row.id: row for row in session.scalars(select(Variant).where(Variant.id.in_(new)))}
-    problem = problem_from_dict(job.op, dict(task.problem)) if verify else None
+    problem = problem_from_dict(job.op, dict(task.problem))
     for index, item in enumerate(body.measurements):
+        loc: list[str | int] = ["body", "measurements", index]
+        # only a verified result did the work; a wrong one may well have skipped it
+        if item.outcome == "ok" and (item.variant_id in new or item.retimed):
+            timings = {"min_us": item.min_us, "p20_us": item.p20_us, "median_us": item.median_us}
+            found = impossible(problem, job.dtype, device, device.name, timings)
+            if found is not None:
+                raise InvalidInput([*loc, found[0]], f"impossible: {found[1]}")
         if item.variant_id not in new:
             continue
-        loc: list[str | int] = ["body", "measurements", index]
-        stored = known.get(item.variant_id)
-        if stored is not None and (
-            stored.op != job.op
-            or stored.name != item.variant_name
-            or canonical_params(stored.params) != canonical_params(item.params)
-        ):
-            raise InvalidInput(
-                [*loc, "variant_id"],
-                f"variant {item.variant_id} is stored as {stored.op} {stored.name!r} with other "
-                "params",
-            )
-        if problem is None:
+        if verify and (bad_id := variant_id_error(item.variant_id)) is not None:
+            raise InvalidInput([*loc, "variant_id"], bad_id)
+        clash = variant_clash(known.get(item.variant_id), job.op, item.variant_name, item.params)
+        if clash is not None:
+            raise InvalidInput([*loc, "variant_id"], clash)
+        if not verify:
             continue
-        reason = variant_rejection(
+        reason = space_rejection(
             job.op,
             body.device.backend,
             job.dtype,
@@ -91,7 +101,7 @@ def _check_variants(
             pruned_ok=item.outcome == "pruned",
         )
         if reason is not None:
-            raise InvalidInput([*loc, "variant_name"], f"{item.variant_name!r}: {reason}")
+            raise InvalidInput([*loc, "variant_name"], reason)
 
 
 def _check_registered(session: Session, worker_id: str, device_id: int, body: ResultsIn) -> None:
@@ -141,15 +151,21 @@ def _task_variants(
     )
 
 
-def _replayed_answer(session: Session, task: Task, stored: int) -> dict[str, Any]:
-    """The answer of a final upload, given again to its retry."""
+def _replayed_answer(session: Session, task: Task, replayed: int) -> dict[str, Any]:
+    """The answer of a final upload, given again to its retry (which stored nothing)."""
     winner = None
     if task.winner_measurement_id is not None:
         measurement = session.get(Measurement, task.winner_measurement_id)
         variant = session.get(Variant, measurement.variant_id) if measurement else None
         if measurement is not None and variant is not None:
             winner = winner_dict(measurement, variant, task)
-    return {"stored": stored, "winner": winner, "task_status": task.status}
+    return {
+        "stored": 0,
+        "replayed": replayed,
+        "kept": 0,
+        "winner": winner,
+        "task_status": task.status,
+    }
 
 
 def _lock_task(session: Session, lease_id: str) -> None:
@@ -192,18 +208,25 @@ def _retime(session: Session, lease_id: str, item: MeasurementIn) -> None:
 
 
 def store_results(
-    session: Session, lease_id: str, body: ResultsIn, *, verify: bool = True
+    session: Session,
+    lease_id: str,
+    body: ResultsIn,
+    *,
+    verify: bool = True,
+    record_margin: float | None = None,
 ) -> dict[str, Any]:
     """Store a batch for the lease; on ``final`` end the task and upsert the best config.
 
     Idempotent: a measurement is stored once per task, variant, device and toolchain (and the
-    database keys rows by lease and variant), so a retried batch adds no rows, a task leased
-    again after its worker died keeps one row per variant, and a retried final upload gets
-    the answer of the first. The device must be one the
+    database keys rows by lease and variant), so a retried batch adds no rows (the answer
+    counts it ``replayed``), a task leased again after its worker died keeps one row per
+    variant (``kept``), and a retried final upload gets the winner of the first. A retry
+    with other content under a variant the lease stored is a Conflict
+    (:mod:`service.store.replays`). The device must be one the
     lease's worker registered, and with ``verify`` every variant one the op's space accepts
     for the problem on that device (:func:`tuner.verify.variant_rejection`). Raises NotFound
-    (unknown lease), Conflict (lease lost, or new measurements after the final one) or
-    InvalidInput.
+    (unknown lease), Conflict (lease lost, new measurements after the final one, or a retry
+    that differs) or InvalidInput.
     Commits nothing; the caller commits once, so the batch and the upsert land together.
     """
     _lock_task(session, lease_id)
@@ -213,11 +236,16 @@ def store_results(
     retimed = {v for v, item in batch.items() if item.retimed and v in already}
     if task.status in ("done", "failed"):
         if body.final and set(batch) <= already:
-            return _replayed_answer(session, task, len(batch))
+            replayed = count_replays(session, lease.id, body, include_retimed=True)
+            return _replayed_answer(session, task, replayed)
         raise Conflict(f"lease {lease_id} is finished: the task is {task.status}")
+    # a variant this lease stored already is a replay (the same content) or a 409
+    replayed = count_replays(session, lease.id, body)
+    own = set(already)
     job = session.get(Job, task.job_id)
     assert job is not None
     device_id = toolchain_id = None
+    rows: list[dict[str, Any]] = []
     if batch:
         assert body.device is not None and body.toolchain is not None
         _check_device(job, body)
@@ -228,7 +256,7 @@ def store_results(
         # a variant the task holds already (this lease's retried batch, or an earlier lease's
         # measurement) is not stored again; the first measurement stays
         already |= _task_variants(session, task, device.id, toolchain.id, set(batch))
-        _check_variants(session, job, task, body, set(batch) - already, verify)
+        _check_variants(session, job, task, body, set(batch) - already, verify, device)
         ensure_variants(
             session, job.op, [(m.variant_id, m.variant_name, m.params) for m in batch.values()]
         )
@@ -256,9 +284,21 @@ def store_results(
         insert_ignore(session, Measurement, rows)
         for variant_id in retimed:
             _retime(session, lease.id, batch[variant_id])
-    winner = _finish(session, task, job, body, device_id, toolchain_id) if body.final else None
+    winner = (
+        _finish(session, task, job, body, device_id, toolchain_id, record_margin)
+        if body.final
+        else None
+    )
     session.flush()
-    return {"stored": len(batch), "winner": winner, "task_status": task.status}
+    stored = len(rows) + len(retimed)
+    return {
+        "stored": stored,
+        "replayed": replayed,
+        # measured by an earlier lease of the task (its worker gone): the first row stays
+        "kept": len(already - own),
+        "winner": winner,
+        "task_status": task.status,
+    }
 
 
 def _finish(
@@ -268,6 +308,7 @@ def _finish(
     body: ResultsIn,
     device_id: int | None,
     toolchain_id: int | None,
+    record_margin: float | None,
 ) -> dict[str, Any] | None:
     if device_id is None and body.device is not None and body.device.name:
         device_id = device_row(session, **body.device.model_dump()).id
@@ -293,8 +334,12 @@ def _finish(
     task.tie_set = tie_set or None
     task.unmeasured = body.unmeasured if body.final else 0
     # best_configs answer the time objective: an energy winner stays on its task only
+    held = False
     if winner is not None and job.objective == "time":
-        outcome = upsert_best(session, winner, tie_set, task.unmeasured)
+        outcome = upsert_best(
+            session, winner, tie_set, task.unmeasured, record_margin=record_margin
+        )
+        held = outcome == "held"
         log.info(
             "task %s: winner %s, tie set %s (%s best config)",
             task.id,
@@ -313,7 +358,7 @@ def _finish(
             if winner is None and measurements:
                 task.error = "no candidate verified"
             elif winner is not None:
-                queue_confirmation(session, job, task, winner)
+                queue_confirmation(session, job, task, winner, held=held)
     task.winner_measurement_id = winner.id if winner is not None else None
     task.lease_expires_at = None
     if task.progress_total == 0:

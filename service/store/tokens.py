@@ -5,7 +5,8 @@ valid token may read.
 
 A worker is bound to the token that registered it: only that token may lease tasks for it,
 heartbeat its leases and upload its results (:func:`owned_worker`, :func:`check_lease_owner`),
-so one worker token cannot act for another host's worker.
+so one worker token cannot act for another host's worker. A job belongs to the token that
+submitted it: only that token or an admin may cancel it (:func:`check_job_owner`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.errors import Forbidden, NotFound
-from service.store.models import ApiToken, Lease, Worker
+from service.store.models import ApiToken, Job, Lease, Worker
 from service.store.validation import usable_id
 
 __all__ = [
@@ -31,6 +32,9 @@ __all__ = [
     "has_scope",
     "owned_worker",
     "check_lease_owner",
+    "list_tokens",
+    "revoke_token",
+    "check_job_owner",
 ]
 
 SCOPES = ("read", "submit", "worker", "admin")
@@ -58,6 +62,25 @@ def create_token(session: Session, name: str, scopes: Iterable[str]) -> str:
     session.add(ApiToken(name=name, token_hash=hash_token(token), scopes=wanted))
     session.flush()
     return token
+
+
+def list_tokens(session: Session) -> list[ApiToken]:
+    """Every token (revoked ones too), oldest first; hashes are never shown."""
+    return list(session.scalars(select(ApiToken).order_by(ApiToken.id)))
+
+
+def revoke_token(session: Session, token_id: int) -> tuple[ApiToken, bool]:
+    """Revoke the token ``token_id``: from the next request on it is refused (401) for
+    everything. Returns the token and whether this call revoked it (False: it already was);
+    NotFound for an unknown id. What its workers uploaded stays; their leases are not renewed
+    and go back to the queue when they expire. The caller commits."""
+    row = session.get(ApiToken, token_id)
+    if row is None:
+        raise NotFound(f"token {token_id} not found; `tunehub token list` shows the ids")
+    if row.revoked:
+        return row, False
+    row.revoked = True
+    return row, True
 
 
 def authenticate(session: Session, token: str) -> ApiToken | None:
@@ -91,6 +114,18 @@ def owned_worker(session: Session, worker_id: str, token: ApiToken) -> Worker:
             "only for the workers it registered (register this host with POST /v1/workers)"
         )
     return worker
+
+
+def check_job_owner(job: Job, token: ApiToken) -> None:
+    """Forbidden unless ``token`` submitted the job or is an admin token: a job belongs to
+    the token that submitted it (another team member's token cannot cancel it)."""
+    if has_scope(token.scopes, "admin") or (job.token_id is not None and job.token_id == token.id):
+        return
+    owner = "another token" if job.token_id is not None else "no token (stored before owners)"
+    raise Forbidden(
+        f"job {job.id} was submitted by {owner}; only the token that submitted a job, or an "
+        "admin token, may cancel it"
+    )
 
 
 def check_lease_owner(session: Session, lease_id: str, token: ApiToken) -> None:

@@ -1,10 +1,10 @@
-"""Export and import of best configs as JSON lines.
+"""Export of best configs as JSON lines, and the record format an import reads back.
 
 Each line is one best config with its winning measurement, device, toolchain and variant.
-Merge rule on import: per key (op, dtype, layout, problem, device, toolchain) the faster
-verified median wins, and the row already stored stays unless the imported one is more than
-TIE_BAND (2%) faster (the same rule as re-tuning). Imported measurements are kept as history
-either way. An import is all-or-nothing: any bad line is a 422 and nothing is stored.
+The import (:mod:`service.store.imports`) checks each line as an upload is checked and merges
+it: per key (op, dtype, layout, problem, device, toolchain) the faster verified median wins,
+and the row already stored stays unless the imported one is faster with confidence (the same
+rule as re-tuning). Imported measurements are kept as history either way.
 
 A record's ``tie_set`` and ``unmeasured`` travel with it into the stored best config as
 :func:`service.store.best.upsert_best` merges them (lines without them: the winner alone,
@@ -21,30 +21,25 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, model_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.errors import InvalidInput
 from service.schemas.common import (
     MAX_BUDGET_VARIANTS,
     DeviceIn,
     DType,
+    JsonBool,
     JsonDict,
     Op,
     RequestModel,
     SafeStr,
 )
-from service.schemas.worker import ToolchainIn
-from service.store.best import upsert_best
-from service.store.keys import device_row, ensure_variants, toolchain_row
+from service.schemas.worker import ToolchainIn, timing_order_error
 from service.store.models import BestConfig, Device, Measurement, Toolchain, Variant
-from service.store.validation import check_layout, parse_problem
 from service.store.views import device_dict, toolchain_dict
 
-__all__ = ["ExportRecord", "export_lines", "import_lines", "MAX_IMPORT_LINES"]
-
-MAX_IMPORT_LINES = 100_000
+__all__ = ["ExportRecord", "MeasurementRecord", "VariantRecord", "export_lines"]
 
 
 class VariantRecord(RequestModel):
@@ -64,8 +59,15 @@ class MeasurementRecord(RequestModel):
     throughput_unit: SafeStr = Field(default="", max_length=32)
     compile_seconds: float | None = Field(default=None, ge=0, le=1e7)
     provenance: JsonDict = Field(default_factory=dict)
-    suspect: bool = False
+    suspect: JsonBool = False
     created_at: datetime | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> MeasurementRecord:
+        reason = timing_order_error(self.median_us, self.p20_us, self.p80_us, self.min_us)
+        if reason is not None:
+            raise ValueError(reason)
+        return self
 
 
 class ExportRecord(RequestModel):
@@ -78,7 +80,7 @@ class ExportRecord(RequestModel):
     variant: VariantRecord
     measurement: MeasurementRecord
     #: the winner was re-measured by another host on the exporting service
-    confirmed: bool = False
+    confirmed: JsonBool = False
     #: the variants the deciding job could not tell from the winner (tuner.winner)
     tie_set: list[Annotated[SafeStr, Field(max_length=300)]] = Field(
         default_factory=list, max_length=64
@@ -128,60 +130,3 @@ def export_lines(session: Session) -> Iterator[str]:
             },
         }
         yield json.dumps(record, sort_keys=True) + "\n"
-
-
-def _parse(text: str) -> list[ExportRecord]:
-    records: list[ExportRecord] = []
-    lines = text.splitlines()
-    if len(lines) > MAX_IMPORT_LINES:
-        raise InvalidInput(["body"], f"more than {MAX_IMPORT_LINES} lines")
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = ExportRecord.model_validate_json(line)
-        except ValidationError as exc:
-            error = exc.errors()[0]
-            raise InvalidInput(["body", number, *error["loc"]], error["msg"]) from None
-        check_layout(record.op, record.layout, ["body", number, "layout"])
-        parse_problem(record.op, record.problem, ["body", number, "problem"])
-        records.append(record)
-    if not records:
-        raise InvalidInput(["body"], "no records: send JSON lines as GET /v1/export writes them")
-    return records
-
-
-def import_lines(session: Session, text: str) -> dict[str, int]:
-    """Merge the records (see the module doc); returns counts. The caller commits."""
-    records = _parse(text)
-    counts = {"records": len(records), "inserted": 0, "replaced": 0, "kept": 0}
-    for record in records:
-        problem = parse_problem(record.op, record.problem, ["body"])
-        device = device_row(session, **record.device.model_dump())
-        toolchain = toolchain_row(session, **record.toolchain.model_dump())
-        ensure_variants(
-            session, record.op, [(record.variant.id, record.variant.name, record.variant.params)]
-        )
-        fields = record.measurement.model_dump(exclude_none=True)
-        measurement = Measurement(
-            **fields,
-            variant_id=record.variant.id,
-            op=record.op,
-            dtype=record.dtype,
-            layout=record.layout,
-            problem=problem.dims(),
-            problem_key=problem.key(),
-            device_id=device.id,
-            toolchain_id=toolchain.id,
-            log="imported",
-        )
-        session.add(measurement)
-        session.flush()
-        outcome = upsert_best(session, measurement, record.tie_set, record.unmeasured)
-        counts[outcome] += 1
-        if outcome != "kept" and record.confirmed:
-            best = session.scalars(
-                select(BestConfig).where(BestConfig.measurement_id == measurement.id)
-            ).one()
-            best.confirmed = True
-    return counts

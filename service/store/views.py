@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from service.schemas.common import FINISHED_STATUSES
 from service.store.keys import same_best_key
 from service.store.models import (
+    ApiToken,
     BestConfig,
     Device,
     Job,
@@ -103,6 +104,14 @@ def measurement_dict(
     }
 
 
+def _owner_name(session: Session, job: Job) -> str | None:
+    """The name of the token that submitted the job (None: stored before owners)."""
+    if job.token_id is None:
+        return None
+    token = session.get(ApiToken, job.token_id)
+    return token.name if token is not None else None
+
+
 def job_dict(session: Session, job: Job, *, with_problems: bool) -> dict[str, Any]:
     """The job with its progress; per-problem status and winner when ``with_problems``."""
     tasks = list(session.scalars(select(Task).where(Task.job_id == job.id).order_by(Task.position)))
@@ -119,6 +128,7 @@ def job_dict(session: Session, job: Job, *, with_problems: bool) -> dict[str, An
         "objective": job.objective,
         "seed": job.seed,
         "confirm": job.confirm,
+        "submitted_by": _owner_name(session, job),
         "created_at": job.created_at,
         "updated_at": job.updated_at,
         "error": job.error,

@@ -92,7 +92,7 @@ BAD_BODIES = [
         ["body", "problems", 1, "kind"],
     ),
     ({"problems": [{"m": 8, "k": 8, "extra": 1}]}, ["body", "problems", 0, "extra"]),
-    ({"problems": [{"m": 8}]}, ["body", "problems", 0]),
+    ({"problems": [{"m": 8}]}, ["body", "problems", 0, "k"]),
     ({"problems": ["m=8"]}, ["body", "problems", 0]),
     ({"problems": []}, ["body", "problems"]),
     ({"problems": [{"m": 8, "k": 8}] * 257}, ["body", "problems"]),

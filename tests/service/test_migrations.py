@@ -28,7 +28,10 @@ TABLES = {
     "client_best_configs",
     "variant_builds",
     "artifacts",
+    "token_devices",
 }
+#: the tables before 0009
+TABLES_0008 = TABLES - {"token_devices"}
 
 
 def _tables(url: str) -> set[str]:
@@ -87,10 +90,10 @@ def test_0007_adds_the_artifact_tables_and_its_downgrade_removes_them(
     empty_database_url: str,
 ) -> None:
     upgrade(empty_database_url, "0006")
-    assert _tables(empty_database_url) == TABLES - {"artifacts", "variant_builds"}
+    assert _tables(empty_database_url) == TABLES_0008 - {"artifacts", "variant_builds"}
     upgrade(empty_database_url, "0007")
     assert current_revision(empty_database_url) == "0007"
-    assert _tables(empty_database_url) == TABLES
+    assert _tables(empty_database_url) == TABLES_0008
     engine = make_engine(empty_database_url)
     try:
         uniques = inspect(engine).get_unique_constraints("artifacts")
@@ -104,7 +107,7 @@ def test_0007_adds_the_artifact_tables_and_its_downgrade_removes_them(
         assert _pg_triggers(empty_database_url, "artifacts") == ["tunehub_note_change"]
     downgrade(empty_database_url, "0006")
     assert current_revision(empty_database_url) == "0006"
-    assert _tables(empty_database_url) == TABLES - {"artifacts", "variant_builds"}
+    assert _tables(empty_database_url) == TABLES_0008 - {"artifacts", "variant_builds"}
     if postgresql:  # the other tables keep their triggers
         assert _pg_triggers(empty_database_url, "best_configs") == ["tunehub_note_change"]
 
@@ -123,7 +126,7 @@ def test_0008_adds_host_identity_tie_sets_and_completeness_and_downgrades(
     upgrade(empty_database_url, "0007")
     assert "confirm_exclude_token_id" in _columns(empty_database_url, "tasks")
     upgrade(empty_database_url, "0008")
-    assert current_revision(empty_database_url) == "0008" == head_revision()
+    assert current_revision(empty_database_url) == "0008"
     assert {"host_fingerprint", "device_uids"} <= _columns(empty_database_url, "workers")
     for table in ("tasks", "best_configs"):
         assert {"tie_set", "unmeasured"} <= _columns(empty_database_url, table)
@@ -133,6 +136,23 @@ def test_0008_adds_host_identity_tie_sets_and_completeness_and_downgrades(
     assert not {"host_fingerprint", "device_uids"} & _columns(empty_database_url, "workers")
     assert "confirm_exclude_token_id" in _columns(empty_database_url, "tasks")
     assert "tie_set" not in _columns(empty_database_url, "best_configs")
+
+
+def test_0009_adds_owners_rates_held_records_and_device_maps_and_downgrades(
+    empty_database_url: str,
+) -> None:
+    upgrade(empty_database_url, "0008")
+    assert "token_id" not in _columns(empty_database_url, "jobs")
+    upgrade(empty_database_url, "0009")
+    assert "token_id" in _columns(empty_database_url, "jobs")
+    assert {"copy_gbps", "peak_tflops"} <= _columns(empty_database_url, "devices")
+    assert "pending_measurement_id" in _columns(empty_database_url, "best_configs")
+    assert "token_devices" in _tables(empty_database_url)
+    downgrade(empty_database_url, "0008")
+    assert "token_id" not in _columns(empty_database_url, "jobs")
+    assert "copy_gbps" not in _columns(empty_database_url, "devices")
+    assert "pending_measurement_id" not in _columns(empty_database_url, "best_configs")
+    assert "token_devices" not in _tables(empty_database_url)
 
 
 def test_app_refuses_an_unmigrated_database(empty_database_url: str, tmp_path: Path) -> None:

@@ -22,7 +22,13 @@ def test_partial_batches_then_final(api: Any) -> None:
     leased = api.lease(api.register())
     lease_id = leased["lease_id"]
     first = api.upload(lease_id, [api.measurement("a", 10.0)], final=False)
-    assert first == {"stored": 1, "winner": None, "task_status": "running"}
+    assert first == {
+        "stored": 1,
+        "replayed": 0,
+        "kept": 0,
+        "winner": None,
+        "task_status": "running",
+    }
     final = api.upload(
         lease_id,
         [

@@ -61,7 +61,7 @@ BAD = [
     ({"problems": [{"m": 8, "k": -1}]}, ["body", "problems", 0, "k"]),
     ({"problems": [{"m": 8, "k": 1 << 25}]}, ["body", "problems", 0, "k"]),
     ({"problems": [{"m": 8, "k": "4096"}]}, ["body", "problems", 0, "k"]),
-    ({"problems": [{"m": 8}]}, ["body", "problems", 0]),
+    ({"problems": [{"m": 8}]}, ["body", "problems", 0, "k"]),
     # eps is a run-time value of the kernel, not a dim of the problem
     ({"problems": [{"m": 8, "k": 4096, "eps": 1e-5}]}, ["body", "problems", 0, "eps"]),
     ({"problems": [{"m": 8, "k": 4096, "kind": "sum"}]}, ["body", "problems", 0, "kind"]),

@@ -25,7 +25,7 @@ from service.schemas.client_results import (
     ClientResultsIn,
     ClientResultsOut,
 )
-from service.schemas.common import Backend
+from service.schemas.common import Backend, SafeStr
 from service.store.client_results import find_client_best, store_client_results
 from service.store.models import ApiToken
 
@@ -72,10 +72,12 @@ def client_best(
     request: Request,
     session: SessionDep,
     op: Annotated[str, Query(pattern=CLIENT_OP_PATTERN, max_length=80)],
-    key: Annotated[str, Query(max_length=8192, description="the autotune key as a JSON object")],
-    device: Annotated[str | None, Query(max_length=300)] = None,
+    key: Annotated[
+        SafeStr, Query(max_length=8192, description="the autotune key as a JSON object")
+    ],
+    device: Annotated[SafeStr | None, Query(max_length=300)] = None,
     backend: Backend | None = None,
-    toolchain: Annotated[str | None, Query(max_length=1000)] = None,
+    toolchain: Annotated[SafeStr | None, Query(max_length=1000)] = None,
 ) -> Response:
     """The winner for ``key`` on ``device`` (a device key or part of a name)."""
     answer = find_client_best(session, op, _parse_key(key), device, toolchain, backend)

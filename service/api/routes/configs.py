@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
@@ -12,15 +12,16 @@ from starlette.concurrency import run_in_threadpool
 from service.api.caching import conditional
 from service.api.deps import SessionDep, require_read, require_read_async, require_scope
 from service.errors import InvalidInput, RequestError
-from service.schemas.common import Backend, DeviceOut, DType, Op, ToolchainOut
+from service.schemas.common import Backend, DeviceOut, DType, Op, SafeStr, ToolchainOut
 from service.schemas.configs import (
     BestConfigOut,
     ConfigQueryBatch,
     ConfigQueryResults,
     ImportSummary,
 )
+from service.store.imports import import_lines
 from service.store.lookup import LookupQuery, find_best, find_best_many
-from service.store.transfer import export_lines, import_lines
+from service.store.transfer import export_lines
 from service.store.validation import check_layout, parse_problem, query_dims
 
 __all__ = ["router"]
@@ -58,10 +59,10 @@ async def best_config(
     request: Request,
     op: Op,
     dtype: DType,
-    layout: str | None = None,
-    device: str | None = None,
+    layout: Annotated[SafeStr | None, Query(max_length=16)] = None,
+    device: Annotated[SafeStr | None, Query(max_length=300)] = None,
     backend: Backend | None = None,
-    toolchain: str | None = None,
+    toolchain: Annotated[SafeStr | None, Query(max_length=1000)] = None,
 ) -> Response:
     """The winner for a problem given as query dims (``m=&n=&k=``, ``kind=`` for reduce).
 
@@ -149,18 +150,28 @@ def export_configs(session: SessionDep) -> StreamingResponse:
     },
 )
 async def import_configs(request: Request) -> dict[str, Any]:
-    """Merge JSON lines from ``/v1/export``: per key the faster verified median wins, and the
-    stored row stays unless the imported one is more than 2% faster. All or nothing."""
+    """Merge JSON lines from ``/v1/export``, each checked as an upload is: per key the faster
+    verified median wins (the stored row stays unless beaten with confidence); a line stored
+    already is a duplicate (importing twice changes nothing); a bad line is refused and listed
+    by number, field and reason, the others imported. A 422 when no line could be."""
     raw = await request.body()  # its size is capped by BodyLimitMiddleware (413)
     try:
         text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidInput(["body"], "must be UTF-8 JSON lines") from None
-    return await run_in_threadpool(_import, request.app.state.sessionmaker, text)
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(
+            ["body"], f"must be UTF-8 JSON lines ({exc.reason} at byte {exc.start})"
+        ) from None
+    settings = request.app.state.settings
+    return await run_in_threadpool(
+        _import, request.app.state.sessionmaker, text, settings.verify_variants,
+        settings.record_margin,
+    )  # fmt: skip
 
 
-def _import(sessionmaker: Any, text: str) -> dict[str, int]:
+def _import(
+    sessionmaker: Any, text: str, verify: bool, record_margin: float | None
+) -> dict[str, Any]:
     with sessionmaker() as session:
-        counts = import_lines(session, text)
+        answer = import_lines(session, text, verify=verify, record_margin=record_margin)
         session.commit()
-        return counts
+        return answer

@@ -14,8 +14,9 @@ from service.errors import InvalidInput, NotFound
 from service.schemas.common import JobStatus, Op
 from service.schemas.jobs import JobCreate, JobList, JobOut
 from service.settings import Settings
-from service.store.models import Job, Task
+from service.store.models import ApiToken, Job, Task
 from service.store.queue import cancel_job, live_worker_devices, waiting_for
+from service.store.tokens import check_job_owner
 from service.store.validation import parse_problem, usable_id
 from service.store.views import job_dict
 from tuner.capabilities import capabilities_of
@@ -44,14 +45,16 @@ def _with_waiting(
     return bodies
 
 
-@router.post(
-    "",
-    status_code=status.HTTP_202_ACCEPTED,
-    response_model=JobOut,
-    dependencies=[Depends(require_scope("submit"))],
-)
-def submit_job(body: JobCreate, session: SessionDep, settings: SettingsDep) -> dict[str, Any]:
-    """Queue a tuning job: one task per problem. Nothing is stored when any field is bad."""
+#: a submit-scope token (or admin): the owner of the jobs it submits
+SubmitToken = Annotated[ApiToken, Depends(require_scope("submit"))]
+
+
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=JobOut)
+def submit_job(
+    body: JobCreate, session: SessionDep, settings: SettingsDep, token: SubmitToken
+) -> dict[str, Any]:
+    """Queue a tuning job: one task per problem. Nothing is stored when any field is bad.
+    The token that submits the job owns it: only it (or an admin) may cancel it."""
     problems = [
         parse_problem(body.op, fields, ["body", "problems", index])
         for index, fields in enumerate(body.problems)
@@ -74,6 +77,7 @@ def submit_job(body: JobCreate, session: SessionDep, settings: SettingsDep) -> d
         objective=body.objective,
         seed=body.seed,
         confirm=body.confirm or settings.confirm,
+        token_id=token.id,
     )
     session.add(job)
     session.flush()
@@ -119,10 +123,16 @@ def get_job(job_id: str, session: SessionDep, settings: SettingsDep) -> dict[str
     return _with_waiting(session, settings, [_job(session, job_id)], with_problems=True)[0]
 
 
-@router.delete("/{job_id}", response_model=JobOut, dependencies=[Depends(require_scope("submit"))])
-def delete_job(job_id: str, session: SessionDep) -> dict[str, Any]:
-    """Cancel the job: unfinished tasks become cancelled; a finished job is left as it is."""
+@router.delete(
+    "/{job_id}",
+    response_model=JobOut,
+    responses={403: {"description": "the job was submitted with another token"}},
+)
+def delete_job(job_id: str, session: SessionDep, token: SubmitToken) -> dict[str, Any]:
+    """Cancel the job: unfinished tasks become cancelled; a finished job is left as it is.
+    Only the token that submitted the job, or an admin token, may cancel it (403)."""
     job = _job(session, job_id)
+    check_job_owner(job, token)
     cancel_job(session, job)
     session.commit()
     return job_dict(session, job, with_problems=True)

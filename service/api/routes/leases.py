@@ -16,6 +16,7 @@ from service.schemas.worker import (
     ResultsIn,
     ResultsOut,
 )
+from service.store.device_map import check_devices
 from service.store.models import ApiToken
 from service.store.queue import claim_task, heartbeat, incumbent_names
 from service.store.results import store_results
@@ -99,8 +100,11 @@ def lease_heartbeat(
     "/{lease_id}/results",
     response_model=ResultsOut,
     responses={
-        403: {"description": "the lease belongs to a worker of another token"},
-        409: {"description": "the lease is no longer held, or already final"},
+        403: {
+            "description": "the lease belongs to a worker of another token, or the token "
+            "is not mapped to the measured device"
+        },
+        409: {"description": "the lease is no longer held, already final, or a retry differs"},
     },
 )
 def lease_results(
@@ -109,6 +113,14 @@ def lease_results(
     """Store a batch of measurements; ``final`` ends the task and upserts the best config in
     the same transaction. A retried batch adds no rows and gets the same answer."""
     check_lease_owner(session, lease_id, token)
-    answer = store_results(session, lease_id, body, verify=settings.verify_variants)
+    if body.device is not None and body.measurements:
+        check_devices(session, token, [body.device], None, required=settings.device_map_required)
+    answer = store_results(
+        session,
+        lease_id,
+        body,
+        verify=settings.verify_variants,
+        record_margin=settings.record_margin,
+    )
     session.commit()
     return answer

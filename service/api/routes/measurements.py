@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from service.api.deps import SessionDep, require_read
 from service.errors import InvalidInput
-from service.schemas.common import Backend, DType, Op
+from service.schemas.common import Backend, DType, Op, SafeStr
 from service.schemas.configs import MeasurementList
 from service.schemas.worker import Outcome
 from service.store.lookup import find_devices
@@ -28,11 +28,11 @@ _KNOWN_QUERY = {"job_id", "op", "dtype", "layout", "device", "backend", "outcome
 def list_measurements(
     request: Request,
     session: SessionDep,
-    job_id: Annotated[str | None, Query(max_length=64)] = None,
+    job_id: Annotated[SafeStr | None, Query(max_length=64)] = None,
     op: Op | None = None,
     dtype: DType | None = None,
-    layout: str | None = None,
-    device: str | None = None,
+    layout: Annotated[SafeStr | None, Query(max_length=16)] = None,
+    device: Annotated[SafeStr | None, Query(max_length=300)] = None,
     backend: Backend | None = None,
     outcome: Outcome | None = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,

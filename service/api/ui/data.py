@@ -8,6 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.errors import NotFound
+from service.schemas.common import MAX_ROW_ID
 from service.store.models import (
     BestConfig,
     ClientBestConfig,
@@ -74,6 +75,8 @@ def job_measurements(session: Session, job_id: str) -> list[dict[str, Any]]:
 
 
 def measurement_view(session: Session, measurement_id: int) -> dict[str, Any]:
+    if not 0 < measurement_id <= MAX_ROW_ID:  # no such row; PostgreSQL's int4 would overflow
+        raise NotFound(f"measurement {measurement_id} not found")
     query = _measurement_rows(select(Measurement, Variant, Device, Toolchain))
     row = session.execute(query.where(Measurement.id == measurement_id)).first()
     if row is None:

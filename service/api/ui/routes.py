@@ -22,7 +22,7 @@ from service.api.ui import charts, data
 from service.api.ui.baselines import copy_ceiling, load_benchmark_file, vendor_figures
 from service.api.ui.svg import bar_chart, line_chart
 from service.errors import NotFound
-from service.schemas.common import FINISHED_STATUSES, JOB_STATUSES
+from service.schemas.common import FINISHED_STATUSES, JOB_STATUSES, SafeStr
 from service.settings import Settings
 
 __all__ = ["router", "static_files", "REFRESH_SECONDS"]
@@ -31,7 +31,9 @@ HERE = Path(__file__).parent
 REFRESH_SECONDS = 2
 templates = Jinja2Templates(directory=HERE / "templates")
 router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(require_read)])
-Text = Annotated[str | None, Query(max_length=300)]
+Text = Annotated[SafeStr | None, Query(max_length=300)]
+#: an unknown id (or one no row can have) is answered with a page saying so
+_NO_SUCH: dict[str, Any] = {"description": "no such id (an HTML page)"}
 
 
 def static_files() -> StaticFiles:
@@ -104,7 +106,7 @@ def _plots(job: dict[str, Any], rows: list[dict[str, Any]], settings: Settings) 
     return {"bars": bars, "bench": bench if any(b[0] for b in baselines.values()) else None}
 
 
-@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+@router.get("/jobs/{job_id}", response_class=HTMLResponse, responses={404: _NO_SUCH})
 def job_page(request: Request, job_id: str, session: SessionDep, settings: SettingsDep) -> Response:
     try:
         job = data.job_view(session, job_id)
@@ -130,7 +132,7 @@ def best_page(
     session: SessionDep,
     device: Text = None,
     op: Text = None,
-    toolchain: Annotated[str | None, Query(max_length=1000)] = None,
+    toolchain: Annotated[SafeStr | None, Query(max_length=1000)] = None,
 ) -> Response:
     return _page(
         request,
@@ -145,7 +147,9 @@ def best_page(
     )
 
 
-@router.get("/measurements/{measurement_id}", response_class=HTMLResponse)
+@router.get(
+    "/measurements/{measurement_id}", response_class=HTMLResponse, responses={404: _NO_SUCH}
+)
 def measurement_page(request: Request, measurement_id: int, session: SessionDep) -> Response:
     try:
         measurement = data.measurement_view(session, measurement_id)
