@@ -16,7 +16,6 @@ import hashlib
 import os
 from typing import TYPE_CHECKING
 
-from tuner.backends.cpu_artifact import embedded_body, standalone_source
 from tuner.errors import InvalidRequestError, TunerError
 from tuner.registry import load_space
 from tuner.render import TEMPLATES_DIR, template_version, variant_id
@@ -80,6 +79,10 @@ def record_problem(record: BuildRecord, backend: str) -> str | None:
         return None
     if record.variant_source is None:
         return "a CPU record needs variant_source, the rendered source its unit wraps"
+    # here, not at the top: the service checks records, and it imports no backend module
+    # (tests/tuner/test_capabilities_and_host.py)
+    from tuner.backends.cpu_artifact import embedded_body, standalone_source
+
     if _template_version_here(record.op, "cpu") == record.template_version:
         try:
             expected = standalone_source(

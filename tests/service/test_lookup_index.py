@@ -363,7 +363,7 @@ def test_metrics_count_requests_per_route_template_and_read_the_store(api: Any) 
     api.lease(api.register(name="fast"))
     api.get_job(job["id"])
     assert api.best(op="reduce", dtype="f32", m=1024, k=4096, kind="sum").status_code == 200
-    assert api.client.get("/v1/no/such/path/12345").status_code == 404
+    assert api.client.get("/v1/no/such/path/zq-unrouted").status_code == 404
     response = api.client.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
@@ -375,7 +375,7 @@ def test_metrics_count_requests_per_route_template_and_read_the_store(api: Any) 
     assert (
         'tunehub_http_requests_total{method="GET",route="/v1/jobs/{job_id}",status="200"}' in text
     )
-    assert 'route="unmatched",status="404"' in text and "12345" not in text
+    assert 'route="unmatched",status="404"' in text and "zq-unrouted" not in text
     assert (
         'tunehub_http_request_duration_seconds_bucket{le="0.025",method="GET",'
         'route="/v1/configs/best"}' in text
