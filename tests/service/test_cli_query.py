@@ -4,7 +4,10 @@ service is down."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -117,3 +120,31 @@ def test_a_bad_line_is_exit_2_naming_the_line_and_nothing_is_sent(
     assert run(capsys, shapes, "http://127.0.0.1:9", tmp_path / "c")[0] == 2
     code, _, err = run(capsys, tmp_path / "missing.jsonl", "http://127.0.0.1:9", tmp_path / "c")
     assert code == 2 and "cannot read" in err
+
+
+def _best_into_closed_pipe(url: str, kind: str, tmp_path: Path) -> tuple[int, str]:
+    """``tunehub best ... | head -1`` at its worst: the reader is gone before the first write."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    args = [sys.executable, "-m", "service.cli", "best", "reduce", "--m", "64", "--k", "512",
+            "--kind", kind, "--dtype", "f32", "--server", url]  # fmt: skip
+    env = {**os.environ, "TUNEHUB_DATA_DIR": str(tmp_path / "d"),
+           "TUNEHUB_CACHE_DIR": str(tmp_path / "c")}  # fmt: skip
+    try:
+        done = subprocess.run(
+            args, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60, env=env
+        )
+    finally:
+        os.close(write_end)
+    return done.returncode, done.stderr
+
+
+def test_best_into_a_closed_pipe_keeps_its_exit_status(
+    sqlite_settings: Settings, live_service: Callable[[Settings], Any], tmp_path: Path
+) -> None:
+    service = live_service(sqlite_settings)
+    tune(service.url, sqlite_settings)
+    code, err = _best_into_closed_pipe(service.url, "sum", tmp_path)
+    assert (code, err) == (0, "")  # answered; the reader leaving is no error
+    code, err = _best_into_closed_pipe(service.url, "max", tmp_path)
+    assert (code, err) == (1, "")  # not tuned yet, whoever reads it
