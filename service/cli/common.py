@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
@@ -10,7 +11,7 @@ import typer
 from rich.console import Console
 
 from service.client import TunehubClient
-from service.schemas.configs import MAX_NEAREST_DISTANCE
+from service.schemas.configs import MAX_NEAREST_DISTANCE, BestConfigOut
 from service.settings import Settings, get_settings
 from tuner.problems import DTYPES
 from tuner.registry import BACKENDS, STRATEGIES
@@ -38,6 +39,7 @@ __all__ = [
     "DeviceOpt",
     "DimOpt",
     "MaxDistanceOpt",
+    "too_far",
 ]
 
 #: file in the data dir holding the admin token ``tunehub serve`` creates (mode 600)
@@ -100,6 +102,19 @@ MaxDistanceOpt = Annotated[
         f"{MAX_NEAREST_DISTANCE:g} = one dim 4x off). Farther: exit 1.",
     ),
 ]
+
+
+def too_far(answer: BestConfigOut, max_distance: float) -> str | None:
+    """Why a nearest answer is refused (farther than ``max_distance``), or None to accept it:
+    ``best`` and ``query`` apply the same bound."""
+    if answer.exact or answer.distance <= max_distance:
+        return None
+    tuned = ",".join(f"{k}={v}" for k, v in answer.tuned_problem.items())
+    return (
+        f"not tuned yet: the nearest tuned shape ({tuned}) is at log2 distance "
+        f"{answer.distance:.2f}, farther than {max_distance:g}; tune this shape, or pass "
+        f"--max-distance {math.ceil(answer.distance * 100) / 100:g} to accept it"
+    )
 
 
 def resolve_server(server: str | None, settings: Settings | None = None) -> str:

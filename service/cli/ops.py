@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -30,6 +29,7 @@ from service.cli.common import (
     make_client,
     stderr,
     stdout,
+    too_far,
 )
 from service.cli.output import best_answer_lines, candidates_table, watch_job, winner_line
 from service.cli.tune_file import DEFAULT_ARTIFACT_WAIT_S, tune_from_file
@@ -195,14 +195,8 @@ def _best_command(
                 raise
             stdout.print(f"not tuned yet: {exc.detail}", markup=False)
             raise typer.Exit(1) from None
-    if not answer.exact and answer.distance > max_distance:
-        tuned = ",".join(f"{k}={v}" for k, v in answer.tuned_problem.items())
-        stdout.print(
-            f"not tuned yet: the nearest tuned shape ({tuned}) is at log2 distance "
-            f"{answer.distance:.2f}, farther than {max_distance:g}; tune this shape, or pass "
-            f"--max-distance {math.ceil(answer.distance * 100) / 100:g} to accept it",
-            markup=False,
-        )
+    if (refusal := too_far(answer, max_distance)) is not None:
+        stdout.print(refusal, markup=False)
         raise typer.Exit(1)
     for line in best_answer_lines(answer):
         stdout.print(line)

@@ -148,3 +148,21 @@ def test_best_into_a_closed_pipe_keeps_its_exit_status(
     assert (code, err) == (0, "")  # answered; the reader leaving is no error
     code, err = _best_into_closed_pipe(service.url, "max", tmp_path)
     assert (code, err) == (1, "")  # not tuned yet, whoever reads it
+
+
+def test_query_applies_the_distance_bound_of_best(
+    sqlite_settings: Settings,
+    live_service: Callable[[Settings], Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    service = live_service(sqlite_settings)
+    tune(service.url, sqlite_settings)
+    far = tmp_path / "far.jsonl"  # k 16x the tuned 512: log2 distance 4
+    far.write_text(json.dumps({**TUNED, "problem": {"m": 64, "k": 8192, "kind": "sum"}}) + "\n")
+    cache = tmp_path / "answers"
+    code, lines, _ = run(capsys, far, service.url, cache, "--backend", "cpu")
+    assert code == 1 and lines[0]["config"] is None
+    assert "log2 distance 4.00, farther than 2" in lines[0]["error"]
+    code, lines, _ = run(capsys, far, service.url, cache, "--backend", "cpu", "--max-distance", "5")
+    assert code == 0 and lines[0]["config"]["variant_name"] == "reduce_f32_p4"
