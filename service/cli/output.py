@@ -250,14 +250,16 @@ def best_answer_lines(answer: BestConfigOut) -> list[str]:
         v for v in (answer.device.backend, answer.device.name, answer.device.arch) if v
     )
     toolchain = f"{answer.toolchain.compiler} tpl={answer.toolchain.template_version}"
+    # a nearest answer's figures were measured on the tuned shape, not on the one asked for
+    whose = "" if answer.exact else f" (measured at {_problem_text(answer.tuned_problem)})"
     library = answer.params.get("library")  # cutlass, cublaslt, cudnn or tunehub
     return [
         f"best config ({how})",
         f"  variant     [bold]{escape(answer.variant_name)}[/bold]",
         *([f"  library     [bold]{escape(str(library))}[/bold]"] if library else []),
         f"  params      {escape(str(answer.params))}",
-        f"  median      {format_us(answer.median_us)} us",
-        "  throughput  " + format_throughput(answer.throughput, answer.throughput_unit),
+        f"  median      {format_us(answer.median_us)} us{whose}",
+        "  throughput  " + format_throughput(answer.throughput, answer.throughput_unit) + whose,
         f"  device      {escape(device or '?')}",
         f"  toolchain   {escape(toolchain)}",
         "  confirmed   "
