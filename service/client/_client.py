@@ -313,8 +313,8 @@ class TunehubClient:
         )
 
     def query(self, queries: Sequence[ConfigQuery]) -> list[QueryAnswer]:
-        """Many lookups in one request; each answer is cached as :meth:`best` caches it, and
-        read back (``stale``) for every problem while the service cannot answer."""
+        """Many lookups in one request; each answer is cached as :meth:`best` caches it (with
+        the ETag the service gives it, so the next :meth:`best` revalidates), and read back (``stale``) for every problem while the service cannot answer."""
         if not queries:
             return []
         try:
@@ -328,7 +328,7 @@ class TunehubClient:
         for query, result in zip(queries, results, strict=True):
             if result.result is not None and self.cache is not None:
                 key = request_key("GET", "/v1/configs/best", best_params(query))
-                self.cache.put(key, result.result.model_dump_json(), None)
+                self.cache.put(key, result.result.model_dump_json(), result.etag)
             answers.append(QueryAnswer(query, result.result, result.error, False, now))
         return answers
 

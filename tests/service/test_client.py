@@ -131,6 +131,32 @@ def test_query_caches_each_answer_for_offline_batches(
         assert client.best(query(TUNED)).stale
 
 
+class RecordingTransport(httpx.HTTPTransport):
+    """A real HTTP transport that notes each answer's (path, status)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers: list[tuple[str, int]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        self.answers.append((request.url.path, response.status_code))
+        return response
+
+
+def test_best_after_a_batch_query_revalidates_with_the_batch_etag(
+    sqlite_settings: Settings, live_service: Callable[[Settings], Any], tmp_path: Path
+) -> None:
+    service = live_service(sqlite_settings)
+    seed_best_config(service.url, sqlite_settings)
+    transport = RecordingTransport()
+    with TunehubClient(service.url, cache_dir=tmp_path / "client", transport=transport) as client:
+        (batch,) = client.query([query(TUNED)])
+        answer = client.best(query(TUNED))
+    assert answer.value == batch.config
+    assert transport.answers[-1] == ("/v1/configs/best", 304)  # not refetched in full
+
+
 def _best_body(name: str) -> dict[str, Any]:
     return {
         "op": "reduce",

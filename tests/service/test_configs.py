@@ -153,6 +153,9 @@ def test_batch_query_answers_in_order(api: Any) -> None:
     assert results[2]["result"] is None and "not tuned yet" in results[2]["error"]
     assert results[3]["result"] is None and "problem.m" in results[3]["error"]
     assert results[4]["result"] is None and "layout" in results[4]["error"]
+    # each answer carries the ETag its GET gives, so a client can revalidate it later
+    single = api.best(**GEMM, device="H200", m=128, n=128, k=128)
+    assert results[0]["etag"] == single.headers["etag"] and results[2]["etag"] is None
 
 
 def test_batch_query_answers_repeated_queries_like_single_ones(api: Any) -> None:
