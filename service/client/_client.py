@@ -314,7 +314,8 @@ class TunehubClient:
 
     def query(self, queries: Sequence[ConfigQuery]) -> list[QueryAnswer]:
         """Many lookups in one request; each answer is cached as :meth:`best` caches it (with
-        the ETag the service gives it, so the next :meth:`best` revalidates), and read back (``stale``) for every problem while the service cannot answer."""
+        the ETag the service gives it, so the next :meth:`best` revalidates), and read back
+        (``stale``) for every problem while the service cannot answer."""
         if not queries:
             return []
         try:
