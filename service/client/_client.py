@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from service.client._answers import Answer, Cached, QueryAnswer, best_params
 from service.client._artifacts import artifact_path, keep_verified, verified_file
 from service.client._cache import CacheEntry, ResponseCache, request_key
+from service.client._down import SERVICE_DOWN_S, ServiceDown
 from service.client._errors import (
     ApiError,
     ConnectionFailed,
@@ -75,7 +76,10 @@ class TunehubClient:
     """Typed calls of the v1 API over one ``httpx.Client`` (safe to share between threads).
 
     ``retry`` says how often a failed request is tried again (see :class:`RetryPolicy`);
-    ``cache_dir`` turns on the on-disk cache of lookups (:meth:`best`, :meth:`query`)."""
+    ``cache_dir`` turns on the on-disk cache of lookups (:meth:`best`, :meth:`query`). After
+    a lookup could not reach the service, lookups answer from that cache at once (stale), or
+    fail at once when nothing is cached, for ``down_s`` seconds (``service_down``) instead of
+    paying the retry backoff again; any answer of the service ends that state."""
 
     def __init__(
         self,
@@ -87,8 +91,10 @@ class TunehubClient:
         retry: RetryPolicy | None = None,
         cache_dir: str | PathLike[str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        down_s: float = SERVICE_DOWN_S,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.service_down = ServiceDown(down_s)
         self.retry = retry or RetryPolicy()
         self.cache = ResponseCache(cache_dir) if cache_dir is not None else None
         self._sleep = sleep
@@ -197,17 +203,22 @@ class TunehubClient:
         unavailable (502/503/504). Without ``cache_dir`` it is a plain GET."""
         key = request_key("GET", path, params)
         entry = self.cache.get(key) if self.cache is not None else None
+        if self.service_down.active:
+            return self._stale(answer, entry, path, self._down_error(), quiet=True)
         headers = {"If-None-Match": entry.etag} if entry is not None and entry.etag else None
         try:
             response = self._send("GET", path, params=params, headers=headers)
         except ConnectionFailed as exc:
+            self.service_down.mark()
             return self._stale(answer, entry, path, exc)
         except ApiError as exc:
             if exc.status in _UNAVAILABLE:
                 return self._stale(answer, entry, path, exc)
+            self.service_down.clear()
             if exc.status == 404 and self.cache is not None:
                 self.cache.drop(key)  # the service no longer has this answer
             raise
+        self.service_down.clear()
         if response.status_code == 304 and entry is not None:
             entry = self.cache.confirm(entry) if self.cache is not None else entry
             return Cached(self._parse(answer, entry.body, "GET", path), False, entry.confirmed_at)
@@ -218,12 +229,24 @@ class TunehubClient:
             confirmed = entry.confirmed_at
         return Cached(value, False, confirmed)
 
+    def _down_error(self) -> ConnectionFailed:
+        return ConnectionFailed(
+            self.base_url,
+            f"unreachable less than {self.service_down.hold_s:g} s ago; not asked again yet",
+        )
+
     def _stale(
-        self, answer: type[Answer], entry: CacheEntry | None, path: str, error: Exception
+        self,
+        answer: type[Answer],
+        entry: CacheEntry | None,
+        path: str,
+        error: Exception,
+        quiet: bool = False,
     ) -> Cached[Answer]:
         if entry is None:
             raise error
-        log.warning("%s; answering %s from the cache of %s", error, path, entry.confirmed_at)
+        if not quiet:  # once per outage, not once per lookup
+            log.warning("%s; answering %s from the cache of %s", error, path, entry.confirmed_at)
         return Cached(self._parse(answer, entry.body, "GET", path), True, entry.confirmed_at)
 
     # -- health ---------------------------------------------------------------------------
@@ -318,12 +341,18 @@ class TunehubClient:
         (``stale``) for every problem while the service cannot answer."""
         if not queries:
             return []
+        if self.service_down.active:
+            down = self._down_error()
+            return [self._query_from_cache(query, down) for query in queries]
         try:
             results = self.query_configs(ConfigQueryBatch(queries=list(queries))).results
         except (ConnectionFailed, ApiError) as exc:
             if isinstance(exc, ApiError) and exc.status not in _UNAVAILABLE:
                 raise
+            if isinstance(exc, ConnectionFailed):
+                self.service_down.mark()
             return [self._query_from_cache(query, exc) for query in queries]
+        self.service_down.clear()
         now = datetime.now(UTC)
         answers = []
         for query, result in zip(queries, results, strict=True):
