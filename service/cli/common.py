@@ -25,6 +25,7 @@ __all__ = [
     "resolve_server",
     "resolve_token",
     "make_client",
+    "answer_cache_dir",
     "check_choice",
     "ServerOpt",
     "TokenOpt",
@@ -136,8 +137,16 @@ def resolve_token(token: str | None, settings: Settings | None = None) -> str | 
         return None
 
 
-def make_client(server: str | None, token: str | None) -> TunehubClient:
-    return TunehubClient(resolve_server(server), resolve_token(token))
+def make_client(
+    server: str | None, token: str | None, cache_dir: Path | None = None
+) -> TunehubClient:
+    """The client of a command; ``cache_dir`` turns on its answer cache (lookups)."""
+    return TunehubClient(resolve_server(server), resolve_token(token), cache_dir=cache_dir)
+
+
+def answer_cache_dir(settings: Settings | None = None) -> Path:
+    """Where ``best`` and ``query`` keep answers: ``<cache dir>/client``."""
+    return (settings or get_settings()).cache_dir / "client"
 
 
 def check_choice(name: str, value: str, choices: Sequence[str]) -> None:

@@ -25,6 +25,7 @@ from service.cli.common import (
     StrategyOpt,
     TokenOpt,
     UserError,
+    answer_cache_dir,
     check_choice,
     make_client,
     stderr,
@@ -175,7 +176,8 @@ def _best_command(
     if layout is not None:
         check_choice(f"layout of {op}", layout, LAYOUTS[op])
     problem = _problem_dims(op, dims)
-    with make_client(server, token) as client:
+    # through the answer cache: revalidated (304) when unchanged, answered while unreachable
+    with make_client(server, token, answer_cache_dir()) as client:
         try:
             # a bare backend name selects every device of that backend
             backend = device if device in BACKENDS else None
@@ -189,12 +191,19 @@ def _best_command(
                     "backend": backend,
                 }
             )
-            answer = client.best_config(query)
+            cached = client.best(query)
         except ApiError as exc:
             if exc.status != 404:
                 raise
             stdout.print(f"not tuned yet: {exc.detail}", markup=False)
             raise typer.Exit(1) from None
+    answer = cached.value
+    if cached.stale:
+        when = cached.confirmed_at.strftime("%Y-%m-%d %H:%M UTC")
+        stderr.print(
+            f"tunehub: the service is unreachable; this answer is from the cache ({when})",
+            markup=False,
+        )
     if (refusal := too_far(answer, max_distance)) is not None:
         stdout.print(refusal, markup=False)
         raise typer.Exit(1)

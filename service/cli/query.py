@@ -32,13 +32,13 @@ from service.cli.common import (
     ServerOpt,
     TokenOpt,
     UserError,
+    answer_cache_dir,
     resolve_server,
     resolve_token,
     too_far,
 )
 from service.client import QueryAnswer, TunehubClient
 from service.schemas.configs import MAX_NEAREST_DISTANCE, MAX_QUERIES, ConfigQuery
-from service.settings import get_settings
 
 __all__ = ["query_command", "read_queries", "EXIT_OK", "EXIT_UNANSWERED", "EXIT_UNREACHABLE"]
 
@@ -112,8 +112,7 @@ def query_command(
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read {source}: {exc}") from None
     queries = read_queries(text, source, {"device": device, "backend": backend})
-    settings = get_settings()
-    directory = (cache_dir or settings.cache_dir / "client") if cache else None
+    directory = (cache_dir or answer_cache_dir()) if cache else None
     answers: list[tuple[int, QueryAnswer]] = []
     with TunehubClient(resolve_server(server), resolve_token(token), cache_dir=directory) as client:
         for start in range(0, len(queries), MAX_QUERIES):

@@ -19,7 +19,7 @@ from service.cli.serve import create_token_in_db
 from service.client import TunehubClient
 from service.schemas.jobs import JobCreate
 from service.schemas.worker import DeviceIn, LeaseRequest, ResultsIn, WorkerRegister
-from service.settings import Settings
+from service.settings import Settings, get_settings
 
 TUNED = {"op": "reduce", "dtype": "f32", "problem": {"m": 64, "k": 512, "kind": "sum"}}
 UNTUNED = {"op": "reduce", "dtype": "f32", "problem": {"m": 64, "k": 512, "kind": "max"}}
@@ -166,3 +166,31 @@ def test_query_applies_the_distance_bound_of_best(
     assert "log2 distance 4.00, farther than 2" in lines[0]["error"]
     code, lines, _ = run(capsys, far, service.url, cache, "--backend", "cpu", "--max-distance", "5")
     assert code == 0 and lines[0]["config"]["variant_name"] == "reduce_f32_p4"
+
+
+def test_best_answers_from_the_client_cache_while_the_service_is_down(
+    sqlite_settings: Settings,
+    live_service: Callable[[Settings], Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TUNEHUB_CACHE_DIR", str(tmp_path / "cache"))
+    get_settings.cache_clear()
+    service = live_service(sqlite_settings)
+    tune(service.url, sqlite_settings)
+    best = ["best", "reduce", "--m", "64", "--k", "512", "--kind", "sum", "--dtype", "f32",
+            "--server", service.url]  # fmt: skip
+    try:
+        with pytest.raises(SystemExit) as exited:
+            main(best)
+        assert exited.value.code == 0 and "reduce_f32_p4" in capsys.readouterr().out
+        assert any((tmp_path / "cache" / "client").rglob("*.json"))  # kept for later
+        service.stop()
+        with pytest.raises(SystemExit) as exited:
+            main(best)
+    finally:
+        get_settings.cache_clear()
+    out, err = capsys.readouterr()
+    assert exited.value.code == 0 and "reduce_f32_p4" in out
+    assert "unreachable; this answer is from the cache" in err
