@@ -3,6 +3,7 @@ PostgreSQL, the Triton extra and imports, cache and extra sizes, how to stop the
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from service.settings import Settings
@@ -43,3 +44,14 @@ def test_sizes_and_stopping_the_server_are_documented() -> None:
     assert "about 2 GB" in README  # the vendor extra
     assert "kill %1" in README
     assert "confirmation rounds" in README and "first pass" in README
+
+
+def test_every_environment_variable_the_code_reads_is_in_the_readme() -> None:
+    root = Path(__file__).resolve().parents[1]
+    named = {
+        match
+        for folder in ("service", "tuner")
+        for path in (root / folder).rglob("*.py")
+        for match in re.findall(r"TUNEHUB_[A-Z][A-Z0-9_]*", path.read_text(encoding="utf-8"))
+    }
+    assert sorted(name for name in named if f"`{name}`" not in README) == []
