@@ -18,7 +18,7 @@ mount (``/ui/static``), and anything else that matched no route with ``unmatched
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,7 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
-from sqlalchemy import Row, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -58,12 +58,15 @@ class _StoreCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         with self._maker() as session:
             now = utcnow()
-            workers = session.execute(
-                select(Worker.id, Worker.name, Worker.last_seen_at)
-                .where(Worker.last_seen_at >= now - timedelta(seconds=WORKERS_SHOWN_S))
-                .order_by(Worker.id)
-            ).all()
-            busy: dict[str, int] = {
+            workers: list[tuple[str, str, datetime]] = [
+                (worker_id, name, seen)
+                for worker_id, name, seen in session.execute(
+                    select(Worker.id, Worker.name, Worker.last_seen_at)
+                    .where(Worker.last_seen_at >= now - timedelta(seconds=WORKERS_SHOWN_S))
+                    .order_by(Worker.id)
+                )
+            ]
+            busy: dict[str | None, int] = {
                 owner: n
                 for owner, n in session.execute(
                     select(Task.lease_owner, func.count())
@@ -113,8 +116,8 @@ class _StoreCollector(Collector):
 
 
 def _worker_gauges(
-    workers: Sequence[Row[tuple[str, str, datetime]]],
-    busy: dict[str, int],
+    workers: Sequence[tuple[str, str, datetime]],
+    busy: Mapping[str | None, int],
     now: datetime,
     live_seconds: float,
 ) -> Iterator[Metric]:

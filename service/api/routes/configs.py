@@ -120,9 +120,9 @@ def query_configs(body: ConfigQueryBatch, session: SessionDep) -> Response:
                 seen[memo] = model.model_validate(answer[name])
             answer[name] = seen[memo]
         # the bytes GET /v1/configs/best answers, so the ETag is the one it gives
-        body = BestConfigOut.model_validate(answer).model_dump_json().encode()
-        etag = json.dumps(etag_of(body)).encode()  # the header's value, quotes and all
-        parts.append(b'{"result":%s,"error":null,"etag":%s}' % (body, etag))
+        encoded = BestConfigOut.model_validate(answer).model_dump_json().encode()
+        etag = json.dumps(etag_of(encoded)).encode()  # the header's value, quotes and all
+        parts.append(b'{"result":%s,"error":null,"etag":%s}' % (encoded, etag))
     return Response(b'{"results":[' + b",".join(parts) + b"]}", media_type="application/json")
 
 
