@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.api.app import create_app
-from service.settings import Settings
+from service.settings import Settings, get_settings
 from service.store.db import upgrade
 from service.store.models import Base
 from service.store.tokens import create_token
@@ -90,6 +90,23 @@ def _pg_drop(name: str) -> None:
 
 def _unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _home_dirs_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Nothing the suite runs writes to the user's own dirs (``~/.cache/tunehub``,
+    ``~/.local/share/tunehub``): the default data and cache dirs, in this process and in the
+    servers and CLIs tests start (those that drop the TUNEHUB_ variables too: XDG_*), are
+    under the session's temp dir. A test that wants a dir still names its own."""
+    home = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(home / "cache"))
+        patch.setenv("XDG_DATA_HOME", str(home / "data"))
+        patch.setenv("TUNEHUB_CACHE_DIR", str(home / "cache" / "tunehub"))
+        patch.setenv("TUNEHUB_DATA_DIR", str(home / "data" / "tunehub"))
+        get_settings.cache_clear()
+        yield home
+    get_settings.cache_clear()
 
 
 @pytest.fixture(scope="session")

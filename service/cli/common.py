@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
@@ -10,7 +11,7 @@ import typer
 from rich.console import Console
 
 from service.client import TunehubClient
-from service.schemas.configs import MAX_NEAREST_DISTANCE
+from service.schemas.configs import MAX_NEAREST_DISTANCE, BestConfigOut
 from service.settings import Settings, get_settings
 from tuner.problems import DTYPES
 from tuner.registry import BACKENDS, STRATEGIES
@@ -24,6 +25,7 @@ __all__ = [
     "resolve_server",
     "resolve_token",
     "make_client",
+    "answer_cache_dir",
     "check_choice",
     "ServerOpt",
     "TokenOpt",
@@ -38,6 +40,7 @@ __all__ = [
     "DeviceOpt",
     "DimOpt",
     "MaxDistanceOpt",
+    "too_far",
 ]
 
 #: file in the data dir holding the admin token ``tunehub serve`` creates (mode 600)
@@ -102,6 +105,19 @@ MaxDistanceOpt = Annotated[
 ]
 
 
+def too_far(answer: BestConfigOut, max_distance: float) -> str | None:
+    """Why a nearest answer is refused (farther than ``max_distance``), or None to accept it:
+    ``best`` and ``query`` apply the same bound."""
+    if answer.exact or answer.distance <= max_distance:
+        return None
+    tuned = ",".join(f"{k}={v}" for k, v in answer.tuned_problem.items())
+    return (
+        f"not tuned yet: the nearest tuned shape ({tuned}) is at log2 distance "
+        f"{answer.distance:.2f}, farther than {max_distance:g}; tune this shape, or pass "
+        f"--max-distance {math.ceil(answer.distance * 100) / 100:g} to accept it"
+    )
+
+
 def resolve_server(server: str | None, settings: Settings | None = None) -> str:
     if server:
         return server.rstrip("/")
@@ -121,8 +137,16 @@ def resolve_token(token: str | None, settings: Settings | None = None) -> str | 
         return None
 
 
-def make_client(server: str | None, token: str | None) -> TunehubClient:
-    return TunehubClient(resolve_server(server), resolve_token(token))
+def make_client(
+    server: str | None, token: str | None, cache_dir: Path | None = None
+) -> TunehubClient:
+    """The client of a command; ``cache_dir`` turns on its answer cache (lookups)."""
+    return TunehubClient(resolve_server(server), resolve_token(token), cache_dir=cache_dir)
+
+
+def answer_cache_dir(settings: Settings | None = None) -> Path:
+    """Where ``best`` and ``query`` keep answers: ``<cache dir>/client``."""
+    return (settings or get_settings()).cache_dir / "client"
 
 
 def check_choice(name: str, value: str, choices: Sequence[str]) -> None:

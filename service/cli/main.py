@@ -9,10 +9,11 @@ bugs only.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import click
 import typer
@@ -221,8 +222,55 @@ _CLICK_ERRORS: tuple[type[Exception], ...] = (click.ClickException, typer.TyperE
 _ABORTS: tuple[type[BaseException], ...] = (click.Abort, typer.Abort, KeyboardInterrupt)
 
 
+class _ClosedPipeSafe:
+    """sys.stdout for one command: when the reader goes away (``tunehub best ... | head -1``)
+    the rest of the output is dropped instead of raising, so the exit status stays the
+    command's own (0 answered, 1 not tuned, 2 bad input) and nothing is printed about it."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.closed_by_reader = False
+
+    def write(self, text: str) -> int:
+        if not self.closed_by_reader:
+            try:
+                return int(self._stream.write(text))
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed_by_reader:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def _drop(self) -> None:
+        self.closed_by_reader = True
+        try:  # the interpreter flushes stdout at exit: point it at /dev/null first
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, AttributeError, ValueError):
+            pass  # not a real file (a test's capture): nothing is flushed at exit
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point; turns user errors into one line and exit status 2."""
+    real_stdout = sys.stdout
+    sys.stdout = _ClosedPipeSafe(real_stdout)  # type: ignore[assignment]
+    try:
+        _main(argv)
+    finally:
+        sys.stdout.flush()
+        sys.stdout = real_stdout
+
+
+def _main(argv: Sequence[str] | None) -> None:
     command = typer.main.get_command(app)
     try:
         code = command.main(

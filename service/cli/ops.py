@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,10 +25,12 @@ from service.cli.common import (
     StrategyOpt,
     TokenOpt,
     UserError,
+    answer_cache_dir,
     check_choice,
     make_client,
     stderr,
     stdout,
+    too_far,
 )
 from service.cli.output import best_answer_lines, candidates_table, watch_job, winner_line
 from service.cli.tune_file import DEFAULT_ARTIFACT_WAIT_S, tune_from_file
@@ -175,7 +176,8 @@ def _best_command(
     if layout is not None:
         check_choice(f"layout of {op}", layout, LAYOUTS[op])
     problem = _problem_dims(op, dims)
-    with make_client(server, token) as client:
+    # through the answer cache: revalidated (304) when unchanged, answered while unreachable
+    with make_client(server, token, answer_cache_dir()) as client:
         try:
             # a bare backend name selects every device of that backend
             backend = device if device in BACKENDS else None
@@ -189,20 +191,21 @@ def _best_command(
                     "backend": backend,
                 }
             )
-            answer = client.best_config(query)
+            cached = client.best(query)
         except ApiError as exc:
             if exc.status != 404:
                 raise
             stdout.print(f"not tuned yet: {exc.detail}", markup=False)
             raise typer.Exit(1) from None
-    if not answer.exact and answer.distance > max_distance:
-        tuned = ",".join(f"{k}={v}" for k, v in answer.tuned_problem.items())
-        stdout.print(
-            f"not tuned yet: the nearest tuned shape ({tuned}) is at log2 distance "
-            f"{answer.distance:.2f}, farther than {max_distance:g}; tune this shape, or pass "
-            f"--max-distance {math.ceil(answer.distance * 100) / 100:g} to accept it",
+    answer = cached.value
+    if cached.stale:
+        when = cached.confirmed_at.strftime("%Y-%m-%d %H:%M UTC")
+        stderr.print(
+            f"tunehub: the service is unreachable; this answer is from the cache ({when})",
             markup=False,
         )
+    if (refusal := too_far(answer, max_distance)) is not None:
+        stdout.print(refusal, markup=False)
         raise typer.Exit(1)
     for line in best_answer_lines(answer):
         stdout.print(line)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -9,10 +10,12 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     SpinnerColumn,
     TextColumn,
     TimeElapsedColumn,
@@ -52,6 +55,27 @@ def format_throughput(value: Any, unit: Any) -> str:
     return f"{value:,.1f} {unit or ''}".rstrip()
 
 
+#: characters of a job id the progress line shows (the whole id is printed when submitted)
+SHORT_ID = 8
+
+
+def progress_columns() -> tuple[ProgressColumn, ...]:
+    """The progress line: the job (short id, status, tasks), a bar that takes the room left,
+    candidates done/total and the time elapsed; the counts fit at 80 columns."""
+    return (
+        SpinnerColumn(),
+        TextColumn("[bold]{task.description}"),
+        BarColumn(bar_width=None),
+        MofNCompleteColumn(),
+        TextColumn("candidates"),
+        TimeElapsedColumn(),
+    )
+
+
+def progress_description(job_id: str, status: str, tasks_done: int, tasks_total: int) -> str:
+    return f"job {escape(job_id[:SHORT_ID])}: {status} ({tasks_done}/{tasks_total} tasks)"
+
+
 def watch_job(
     client: TunehubClient,
     job_id: str,
@@ -72,17 +96,13 @@ def watch_jobs(
 ) -> list[JobOut]:
     """Poll every job until all have ended, one bar each (candidates done/total); a job's
     ``waiting_for`` line is printed above the bars whenever it changes. Returns the jobs."""
-    columns = (
-        SpinnerColumn(),
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("candidates"),
-        TimeElapsedColumn(),
-    )
+    columns = progress_columns()
     finished: dict[str, JobOut] = {}
     with Progress(*columns, console=console, transient=False) as progress:
-        bars = {i: progress.add_task(f"job {i}: queued", total=None) for i in job_ids}
+        bars = {
+            i: progress.add_task(progress_description(i, "queued", 0, 0), total=None)
+            for i in job_ids
+        }
         waiting: dict[str, str | None] = dict.fromkeys(job_ids)
         while True:
             for job_id in job_ids:
@@ -96,14 +116,11 @@ def watch_jobs(
                 counts = job.progress
                 total = counts.candidates_total or None
                 done = counts.candidates_done
-                tasks = f"{counts.tasks_done}/{counts.tasks_total} tasks"
                 bar = bars[job_id]
-                progress.update(
-                    bar,
-                    total=total,
-                    completed=done,
-                    description=f"job {job_id}: {job.status} ({tasks})",
+                description = progress_description(
+                    job_id, job.status, counts.tasks_done, counts.tasks_total
                 )
+                progress.update(bar, total=total, completed=done, description=description)
                 if job.status in FINISHED_STATUSES:
                     if total is None or job.status == "done":
                         full = max(done, total or 0, 1)
@@ -118,16 +135,37 @@ def _problem_text(problem: Mapping[str, Any]) -> str:
     return escape(",".join(f"{k}={v}" for k, v in problem.items()))
 
 
-#: below this console width the candidates table leaves out the p20-p80 column (80 columns
-#: hold the whole variant name, its outcome, median and throughput on one line)
+#: below this console width the candidates table leaves out the p20-p80 column
 WIDE_CANDIDATES_COLUMNS = 100
+#: the candidates table's optional columns, left out in this order while it does not fit
+_OPTIONAL_CANDIDATE_COLUMNS = ("p20-p80 us", "throughput", "#")
 
 
 def candidates_table(
     measurements: Sequence[MeasurementOut], winners: set[str], width: int = WIDE_CANDIDATES_COLUMNS
 ) -> Table:
-    """Every candidate, verified ones fastest first, then the failures. Names are never cut
-    (variants differ in their last characters) and the winner's marker stays on its line."""
+    """Every candidate, verified ones fastest first, then the failures. Names and outcomes
+    are never cut or wrapped (variants differ in their last characters) and the winner's
+    marker stays on its line: where the console is too narrow for every column, the p20-p80
+    spread, then the throughput, then the row number are left out."""
+    dropped: set[str] = set() if width >= WIDE_CANDIDATES_COLUMNS else {"p20-p80 us"}
+    table = _candidates(measurements, winners, dropped)
+    for column in _OPTIONAL_CANDIDATE_COLUMNS:
+        if _natural_width(table) <= width:
+            break
+        dropped.add(column)
+        table = _candidates(measurements, winners, dropped)
+    return table
+
+
+def _natural_width(table: Table) -> int:
+    console = Console(width=10_000, file=io.StringIO(), color_system=None)
+    return Measurement.get(console, console.options, table).maximum
+
+
+def _candidates(
+    measurements: Sequence[MeasurementOut], winners: set[str], dropped: set[str]
+) -> Table:
     table = Table(
         title="candidates",
         box=box.SIMPLE_HEAD,
@@ -135,15 +173,20 @@ def candidates_table(
         pad_edge=False,
         collapse_padding=True,
     )
-    wide = width >= WIDE_CANDIDATES_COLUMNS
-    table.add_column("#", justify="right", no_wrap=True)
+    shown = [
+        c
+        for c in ("#", "variant", "outcome", "median us", "p20-p80 us", "throughput")
+        if c not in dropped
+    ]
     longest = max((len(m.variant_name) for m in measurements), default=7)
-    table.add_column("variant", no_wrap=True, min_width=longest + 2)  # "* " marks the winner
-    table.add_column("outcome", overflow="fold")
-    table.add_column("median us", justify="right", no_wrap=True)
-    if wide:
-        table.add_column("p20-p80 us", justify="right", no_wrap=True)
-    table.add_column("throughput", justify="right", no_wrap=True)
+    outcome_width = max((len(_outcome_text(m)) for m in measurements), default=7)
+    for column in shown:
+        if column == "variant":  # "* " marks the winner
+            table.add_column(column, no_wrap=True, min_width=longest + 2)
+        elif column == "outcome":
+            table.add_column(column, no_wrap=True, min_width=outcome_width)
+        else:
+            table.add_column(column, justify="right", no_wrap=True)
     multi_problem = len({_problem_text(m.problem) for m in measurements}) > 1
 
     def order(m: MeasurementOut) -> tuple[str, int, float, str]:
@@ -159,22 +202,26 @@ def candidates_table(
         table.add_column("problem")
     for index, m in enumerate(sorted(measurements, key=order), start=1):
         name = escape(m.variant_name)
-        outcome = escape(m.outcome)
-        style = "green" if outcome == "ok" else "red"
-        won = m.variant_name in winners and outcome == "ok"
+        style = "green" if m.outcome == "ok" else "red"
+        won = m.variant_name in winners and m.outcome == "ok"
         spread = f"{format_us(m.p20_us)}-{format_us(m.p80_us)}" if m.p20_us is not None else "-"
-        row = [
-            str(index),
-            f"[bold]* {name}[/bold]" if won else f"  {name}",
-            f"[{style}]{outcome}[/{style}]" + (" (suspect)" if m.suspect else ""),
-            format_us(m.median_us),
-            *([spread] if wide else []),
-            format_throughput(m.throughput, m.throughput_unit),
-        ]
+        cells = {
+            "#": str(index),
+            "variant": f"[bold]* {name}[/bold]" if won else f"  {name}",
+            "outcome": f"[{style}]{escape(_outcome_text(m))}[/{style}]",
+            "median us": format_us(m.median_us),
+            "p20-p80 us": spread,
+            "throughput": format_throughput(m.throughput, m.throughput_unit),
+        }
+        row = [cells[c] for c in shown]
         if multi_problem:
             row.append(_problem_text(m.problem))
         table.add_row(*row)
     return table
+
+
+def _outcome_text(m: MeasurementOut) -> str:
+    return m.outcome + (" (suspect)" if m.suspect else "")
 
 
 def winner_line(problem: ProblemStatus) -> str:
@@ -250,14 +297,16 @@ def best_answer_lines(answer: BestConfigOut) -> list[str]:
         v for v in (answer.device.backend, answer.device.name, answer.device.arch) if v
     )
     toolchain = f"{answer.toolchain.compiler} tpl={answer.toolchain.template_version}"
+    # a nearest answer's figures were measured on the tuned shape, not on the one asked for
+    whose = "" if answer.exact else f" (measured at {_problem_text(answer.tuned_problem)})"
     library = answer.params.get("library")  # cutlass, cublaslt, cudnn or tunehub
     return [
         f"best config ({how})",
         f"  variant     [bold]{escape(answer.variant_name)}[/bold]",
         *([f"  library     [bold]{escape(str(library))}[/bold]"] if library else []),
         f"  params      {escape(str(answer.params))}",
-        f"  median      {format_us(answer.median_us)} us",
-        "  throughput  " + format_throughput(answer.throughput, answer.throughput_unit),
+        f"  median      {format_us(answer.median_us)} us{whose}",
+        "  throughput  " + format_throughput(answer.throughput, answer.throughput_unit) + whose,
         f"  device      {escape(device or '?')}",
         f"  toolchain   {escape(toolchain)}",
         "  confirmed   "

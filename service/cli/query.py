@@ -7,26 +7,38 @@ A line in is a ConfigQuery: ``{"op": "gemm", "dtype": "f16", "problem": {"m": 16
 ``{"line": N, "query": {...}, "config": {...} | null, "error": "..." | null, "stale": bool,
 "confirmed_at": "..." | null}``.
 
+A nearest answer farther than ``--max-distance`` (the bound ``tunehub best`` applies) is no
+answer: ``config`` null, ``error`` saying how far the nearest tuned shape is.
+
 Exit status: 0 every line answered (some may be stale); 1 some line has no answer (not tuned,
-or a problem the service refused); 2 bad input (unreadable file, a line that is not a query:
-nothing is sent) or a refused token; 3 the service could not be reached and some line had no
-cached answer.
+its nearest tuned shape too far, or a problem the service refused); 2 bad input (unreadable
+file, a line that is not a query: nothing is sent) or a refused token; 3 the service could
+not be reached and some line had no cached answer.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
 
-from service.cli.common import ServerOpt, TokenOpt, UserError, resolve_server, resolve_token
+from service.cli.common import (
+    MaxDistanceOpt,
+    ServerOpt,
+    TokenOpt,
+    UserError,
+    answer_cache_dir,
+    resolve_server,
+    resolve_token,
+    too_far,
+)
 from service.client import QueryAnswer, TunehubClient
-from service.schemas.configs import MAX_QUERIES, ConfigQuery
-from service.settings import get_settings
+from service.schemas.configs import MAX_NEAREST_DISTANCE, MAX_QUERIES, ConfigQuery
 
 __all__ = ["query_command", "read_queries", "EXIT_OK", "EXIT_UNANSWERED", "EXIT_UNREACHABLE"]
 
@@ -59,6 +71,13 @@ def read_queries(text: str, source: str, defaults: dict[str, Any]) -> list[tuple
     return queries
 
 
+def bounded(answer: QueryAnswer, max_distance: float) -> QueryAnswer:
+    """The answer, or no config and the reason when its nearest shape is too far (as ``best``)."""
+    if answer.config is None or (refusal := too_far(answer.config, max_distance)) is None:
+        return answer
+    return replace(answer, config=None, error=refusal)
+
+
 def _line(number: int, answer: QueryAnswer) -> str:
     return json.dumps(
         {
@@ -84,6 +103,7 @@ def query_command(
         Path | None, typer.Option(help="Answer cache (default: <cache dir>/client).")
     ] = None,
     cache: Annotated[bool, typer.Option("--cache/--no-cache", help="Use the answer cache.")] = True,
+    max_distance: MaxDistanceOpt = MAX_NEAREST_DISTANCE,
 ) -> None:
     """Best configs for many shapes: one JSON line out per line in (exit codes in the docs)."""
     source = "stdin" if str(file) == "-" else str(file)
@@ -92,14 +112,16 @@ def query_command(
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read {source}: {exc}") from None
     queries = read_queries(text, source, {"device": device, "backend": backend})
-    settings = get_settings()
-    directory = (cache_dir or settings.cache_dir / "client") if cache else None
+    directory = (cache_dir or answer_cache_dir()) if cache else None
     answers: list[tuple[int, QueryAnswer]] = []
     with TunehubClient(resolve_server(server), resolve_token(token), cache_dir=directory) as client:
         for start in range(0, len(queries), MAX_QUERIES):
             chunk = queries[start : start + MAX_QUERIES]
             results = client.query([q for _, q in chunk])
-            answers += [(number, a) for (number, _), a in zip(chunk, results, strict=True)]
+            answers += [
+                (number, bounded(a, max_distance))
+                for (number, _), a in zip(chunk, results, strict=True)
+            ]
     for number, answer in answers:
         sys.stdout.write(_line(number, answer) + "\n")
     sys.stdout.flush()

@@ -12,8 +12,9 @@ Requests are retried with exponential backoff (:class:`RetryPolicy`): reads and 
 batch query on every transient failure, writes only when the connection was never made.
 With ``cache_dir`` every lookup answer is kept on disk: while the service is unreachable (or
 answers 502/503/504) :meth:`TunehubClient.best` and :meth:`TunehubClient.query` answer from
-it, marked ``stale``; once it is back they revalidate with ``If-None-Match`` (a 304 keeps the
-cached body) and are fresh again.
+it, marked ``stale``; after a failed connection they do so at once, without asking, for
+``SERVICE_DOWN_S`` seconds (``down_s``); after that they revalidate with ``If-None-Match``
+(a 304 keeps the cached body) and are fresh again.
 
 Errors, all raised from this package and nothing else::
 
@@ -34,6 +35,7 @@ winner's shared object to ``<dir>/<sha256>.so`` once, checked before it is kept;
 from service.client._answers import Cached, QueryAnswer, best_params
 from service.client._cache import ResponseCache
 from service.client._client import DEFAULT_TIMEOUT_S, TunehubClient
+from service.client._down import SERVICE_DOWN_S, ServiceDown
 from service.client._errors import (
     ApiError,
     ArtifactMismatch,
@@ -59,4 +61,6 @@ __all__ = [
     "ResponseCache",
     "best_params",
     "DEFAULT_TIMEOUT_S",
+    "SERVICE_DOWN_S",
+    "ServiceDown",
 ]

@@ -5,8 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,10 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from service.client._answers import Answer, Cached, QueryAnswer, best_params
+from service.client._answers import Answer
 from service.client._artifacts import artifact_path, keep_verified, verified_file
-from service.client._cache import CacheEntry, ResponseCache, request_key
+from service.client._cache import ResponseCache
+from service.client._down import SERVICE_DOWN_S, ServiceDown
 from service.client._errors import (
     ApiError,
     ConnectionFailed,
@@ -24,6 +24,7 @@ from service.client._errors import (
     WaitTimeout,
     detail_text,
 )
+from service.client._lookups import CachedLookups
 from service.client._retry import RetryPolicy
 from service.schemas.artifacts import (
     ArtifactRef,
@@ -34,17 +35,11 @@ from service.schemas.artifacts import (
     artifact_url,
 )
 from service.schemas.client_results import (
-    ClientBestOut,
     ClientResultsIn,
     ClientResultsOut,
-    canonical_key,
 )
 from service.schemas.common import FINISHED_STATUSES, HealthOut
 from service.schemas.configs import (
-    BestConfigOut,
-    ConfigQuery,
-    ConfigQueryBatch,
-    ConfigQueryResults,
     MeasurementList,
     MeasurementOut,
     TokenCreate,
@@ -67,15 +62,16 @@ __all__ = ["TunehubClient", "DEFAULT_TIMEOUT_S"]
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 30.0
-#: answers that mean "the service is there but cannot answer now": a cached answer serves
-_UNAVAILABLE = frozenset({502, 503, 504})
 
 
-class TunehubClient:
+class TunehubClient(CachedLookups):
     """Typed calls of the v1 API over one ``httpx.Client`` (safe to share between threads).
 
     ``retry`` says how often a failed request is tried again (see :class:`RetryPolicy`);
-    ``cache_dir`` turns on the on-disk cache of lookups (:meth:`best`, :meth:`query`)."""
+    ``cache_dir`` turns on the on-disk cache of lookups (:meth:`best`, :meth:`query`). After
+    a lookup could not reach the service, lookups answer from that cache at once (stale), or
+    fail at once when nothing is cached, for ``down_s`` seconds (``service_down``) instead of
+    paying the retry backoff again; any answer of the service ends that state."""
 
     def __init__(
         self,
@@ -87,8 +83,10 @@ class TunehubClient:
         retry: RetryPolicy | None = None,
         cache_dir: str | PathLike[str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        down_s: float = SERVICE_DOWN_S,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.service_down = ServiceDown(down_s)
         self.retry = retry or RetryPolicy()
         self.cache = ResponseCache(cache_dir) if cache_dir is not None else None
         self._sleep = sleep
@@ -189,43 +187,6 @@ class TunehubClient:
             reason = f"{method} {path}: the reply is not a {answer.__name__} ({errors} errors)"
             raise ConnectionFailed(self.base_url, reason) from None
 
-    def cached_get(
-        self, answer: type[Answer], path: str, params: Mapping[str, Any] | None = None
-    ) -> Cached[Answer]:
-        """GET through the on-disk cache: revalidated with ``If-None-Match`` when an entry
-        has an ETag; the entry answers (``stale=True``) while the service is unreachable or
-        unavailable (502/503/504). Without ``cache_dir`` it is a plain GET."""
-        key = request_key("GET", path, params)
-        entry = self.cache.get(key) if self.cache is not None else None
-        headers = {"If-None-Match": entry.etag} if entry is not None and entry.etag else None
-        try:
-            response = self._send("GET", path, params=params, headers=headers)
-        except ConnectionFailed as exc:
-            return self._stale(answer, entry, path, exc)
-        except ApiError as exc:
-            if exc.status in _UNAVAILABLE:
-                return self._stale(answer, entry, path, exc)
-            if exc.status == 404 and self.cache is not None:
-                self.cache.drop(key)  # the service no longer has this answer
-            raise
-        if response.status_code == 304 and entry is not None:
-            entry = self.cache.confirm(entry) if self.cache is not None else entry
-            return Cached(self._parse(answer, entry.body, "GET", path), False, entry.confirmed_at)
-        value = self._parse(answer, response.content, "GET", path)
-        confirmed = datetime.now(UTC)
-        if self.cache is not None:
-            entry = self.cache.put(key, response.text, response.headers.get("ETag"))
-            confirmed = entry.confirmed_at
-        return Cached(value, False, confirmed)
-
-    def _stale(
-        self, answer: type[Answer], entry: CacheEntry | None, path: str, error: Exception
-    ) -> Cached[Answer]:
-        if entry is None:
-            raise error
-        log.warning("%s; answering %s from the cache of %s", error, path, entry.confirmed_at)
-        return Cached(self._parse(answer, entry.body, "GET", path), True, entry.confirmed_at)
-
     # -- health ---------------------------------------------------------------------------
 
     def healthz(self) -> HealthOut:
@@ -277,80 +238,6 @@ class TunehubClient:
         return self._call(JobOut, "DELETE", f"/v1/jobs/{job_id}")
 
     # -- configs and measurements ---------------------------------------------------------
-
-    def best_config(self, query: ConfigQuery) -> BestConfigOut:
-        """GET /v1/configs/best; a shape nobody tuned raises ApiError with status 404.
-
-        ``query.device`` is a device key (``backend:name:arch:sms``) or part of a device name."""
-        return self.best(query).value
-
-    def best(self, query: ConfigQuery) -> Cached[BestConfigOut]:
-        """The best config through the cache (see :meth:`cached_get`): ApiError 404 when not
-        tuned, ConnectionFailed when the service is unreachable and nothing is cached."""
-        return self.cached_get(BestConfigOut, "/v1/configs/best", best_params(query))
-
-    def best_from_cache(self, query: ConfigQuery) -> Cached[BestConfigOut] | None:
-        """The answer :meth:`best` (or :meth:`query`) last stored on disk for ``query``,
-        without asking the service (``stale`` is false: nothing failed); None when nothing is
-        cached or the client has no ``cache_dir``. For callers that must not wait on the
-        network once they hold an answer (the PyTorch ops)."""
-        if self.cache is None:
-            return None
-        entry = self.cache.get(request_key("GET", "/v1/configs/best", best_params(query)))
-        if entry is None:
-            return None
-        try:
-            value = BestConfigOut.model_validate_json(entry.body)
-        except ValidationError:
-            log.warning("ignoring a cached answer that is not a BestConfigOut: %s", entry.key)
-            return None
-        return Cached(value, False, entry.confirmed_at)
-
-    def query_configs(self, batch: ConfigQueryBatch) -> ConfigQueryResults:
-        """POST /v1/configs/query: many problems in one request (read-only, so retried)."""
-        return self._call(
-            ConfigQueryResults, "POST", "/v1/configs/query", body=batch, idempotent=True
-        )
-
-    def query(self, queries: Sequence[ConfigQuery]) -> list[QueryAnswer]:
-        """Many lookups in one request; each answer is cached as :meth:`best` caches it, and
-        read back (``stale``) for every problem while the service cannot answer."""
-        if not queries:
-            return []
-        try:
-            results = self.query_configs(ConfigQueryBatch(queries=list(queries))).results
-        except (ConnectionFailed, ApiError) as exc:
-            if isinstance(exc, ApiError) and exc.status not in _UNAVAILABLE:
-                raise
-            return [self._query_from_cache(query, exc) for query in queries]
-        now = datetime.now(UTC)
-        answers = []
-        for query, result in zip(queries, results, strict=True):
-            if result.result is not None and self.cache is not None:
-                key = request_key("GET", "/v1/configs/best", best_params(query))
-                self.cache.put(key, result.result.model_dump_json(), None)
-            answers.append(QueryAnswer(query, result.result, result.error, False, now))
-        return answers
-
-    def _query_from_cache(self, query: ConfigQuery, error: Exception) -> QueryAnswer:
-        key = request_key("GET", "/v1/configs/best", best_params(query))
-        entry = self.cache.get(key) if self.cache is not None else None
-        if entry is None:
-            return QueryAnswer(query, None, f"{error}; no cached answer", unreachable=True)
-        config = self._parse(BestConfigOut, entry.body, "GET", "/v1/configs/best")
-        return QueryAnswer(query, config, None, True, entry.confirmed_at, unreachable=True)
-
-    def client_best(
-        self,
-        op: str,
-        key: dict[str, Any],
-        device: str,
-        toolchain: str | None = None,
-    ) -> Cached[ClientBestOut]:
-        """A client-measured winner (``op`` like ``triton:<kernel hash>``) through the cache:
-        ApiError 404 when nobody uploaded one for this key and device."""
-        params = {"op": op, "key": canonical_key(key), "device": device, "toolchain": toolchain}
-        return self.cached_get(ClientBestOut, "/v1/client-configs/best", params)
 
     def upload_client_results(self, results: ClientResultsIn) -> ClientResultsOut:
         """POST /v1/client-results (a ``submit``-scope token): a client's own measurements."""

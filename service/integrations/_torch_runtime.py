@@ -25,7 +25,14 @@ from typing import Any, Protocol
 import torch
 from pydantic import ValidationError
 
-from service.client import ApiError, Cached, ClientError, ConnectionFailed, RetryPolicy
+from service.client import (
+    ApiError,
+    Cached,
+    ClientError,
+    ConnectionFailed,
+    RetryPolicy,
+    ServiceDown,
+)
 from service.integrations._client_env import client_cache_dir, env_client
 from service.integrations._torch_build import DEFAULT_BUILD_TIMEOUT_S, BuildError, build_variant
 from service.integrations._torch_device import backend_of_key, device_key
@@ -62,8 +69,6 @@ log = logging.getLogger(__name__)
 LOAD_POLICIES = ("artifact", "source", "auto")
 #: torch dtypes the kernels take, by tunehub's name
 DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
-#: after a failed connection the ops ask only the on-disk cache for this long
-SERVICE_DOWN_S = 30.0
 _REDUCE_KINDS = ("sum", "max", "mean")
 _CONV_DIMS = ("n", "h", "w", "c", "k", "r", "s", "stride", "pad", "dilation")
 #: ids and digests the service sends become folder names: nothing else may reach a path
@@ -190,7 +195,8 @@ class Runtime:
         self._config: TorchConfig | None = None
         self._client: ArtifactClient | None = None
         self._client_made = False
-        self._down_until = 0.0
+        #: after a failed connection only the on-disk cache is asked for a while
+        self._down = ServiceDown()
         #: the recorder of TUNEHUB_RECORD, read with the rest of the environment
         self._env_recorder: ShapeRecorder | None = None
 
@@ -251,7 +257,7 @@ class Runtime:
             self.kernels.clear()
             self.shapes.clear()
             self.unsupported.clear()
-            self._down_until = 0.0
+            self._down.clear()
 
     # -- the slow path: resolve a shape once ------------------------------------------------
 
@@ -314,7 +320,7 @@ class Runtime:
                 "TUNEHUB_SERVER)"
             )  # fmt: skip
         cached = client.best_from_cache(query)
-        service_down = time.monotonic() < self._down_until
+        service_down = self._down.active
         if cached is not None and (not self.config.revalidate or service_down):
             return cached.value, "on-disk cache"
         if service_down:
@@ -326,7 +332,7 @@ class Runtime:
                 raise _Resolved("not_tuned", "not tuned yet for this device") from None
             raise _Resolved("service_error", f"the service refused: {exc.detail}") from None
         except ConnectionFailed as exc:
-            self._down_until = time.monotonic() + SERVICE_DOWN_S
+            self._down.mark()
             raise _Resolved("unreachable", f"{exc}; nothing cached") from None
         except ClientError as exc:
             raise _Resolved("service_error", str(exc)) from None

@@ -103,6 +103,9 @@ class ConfigQueryBatch(RequestModel):
 class ConfigQueryResult(ResponseModel):
     result: BestConfigOut | None = None
     error: str | None = None
+    #: the ETag ``GET /v1/configs/best`` gives the same answer: a client caches it with the
+    #: result, so its next lookup of the problem revalidates (304) instead of refetching
+    etag: str | None = None
 
 
 class ConfigQueryResults(ResponseModel):

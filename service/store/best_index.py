@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session
 
 from service.store.models import BestConfig, Device, Toolchain
 from tuner.problems import PROBLEM_TYPES
+from tuner.registry import BACKENDS
 
 try:
     from scipy.spatial import cKDTree as _KDTree
@@ -47,6 +48,7 @@ except ImportError:  # a minimal install (the GPU host's wheels): the scan gives
     _KDTree = None
 
 __all__ = [
+    "device_filter",
     "RECOUNT_SECONDS",
     "TIE_TOLERANCE",
     "KDTREE_MIN_ROWS",
@@ -68,6 +70,15 @@ KDTREE_MIN_ROWS = 2048
 #: (field name, value) pairs a problem must share with another to be near it at all
 Category = tuple[tuple[str, Any], ...]
 GroupKey = tuple[str, str, str, int, int]
+
+
+def device_filter(device: str | None, backend: str | None) -> tuple[str | None, str | None]:
+    """(device, backend) as the lookups apply them: a device that is a backend's name
+    (``device=cpu``, as ``tunehub best --device cpu`` takes it) selects that backend's
+    devices, unless another backend is asked for too (then nothing matches, as before)."""
+    if device in BACKENDS and backend in (None, device):
+        return None, device
+    return device, backend
 
 
 @dataclass(frozen=True)
@@ -134,6 +145,7 @@ class Snapshot:
     def device_ids(self, device: str | None, backend: str | None) -> list[int]:
         """Devices named by a full key or a name substring, optionally of one backend (the
         rule of :func:`service.store.lookup.find_devices`), in id order."""
+        device, backend = device_filter(device, backend)
         devices = sorted(self.devices.values(), key=lambda d: d.id)
         if backend:
             devices = [d for d in devices if d.backend == backend]

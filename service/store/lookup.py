@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 
 from service.errors import NotFound
 from service.store.artifacts import artifact_ref
-from service.store.best_index import Snapshot, best_index_for
+from service.store.best_index import Snapshot, best_index_for, device_filter
 from service.store.models import Artifact, BestConfig, Device, Measurement, Toolchain, Variant
 from tuner.problems import Problem
 
@@ -42,7 +42,9 @@ __all__ = ["LookupQuery", "find_devices", "find_best", "find_best_many", "log_di
 
 
 def find_devices(session: Session, device: str | None, backend: str | None) -> list[Device]:
-    """Devices named by a product-name substring or a full key ``backend:name:arch:sm_count``."""
+    """Devices named by a product-name substring, a full key ``backend:name:arch:sm_count``
+    or a backend's name (:func:`service.store.best_index.device_filter`)."""
+    device, backend = device_filter(device, backend)
     query = select(Device).order_by(Device.id)
     if backend:
         query = query.where(Device.backend == backend)

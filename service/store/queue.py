@@ -73,6 +73,12 @@ def refresh_job_status(session: Session, job: Job) -> None:
         job.status = "running"
 
 
+def worker_live_seconds(lease_seconds: int) -> float:
+    """A worker unseen for a lease's length counts as gone (its lease would expire too); an
+    idle worker polls every second or so, so a short lease setting does not hide it."""
+    return float(max(lease_seconds, 10))
+
+
 def live_worker_devices(session: Session, live_seconds: float) -> list[Device]:
     """Devices of the workers seen (registered, leasing or heartbeating) in the last
     ``live_seconds``: the ones that can take a queued task soon."""

@@ -15,8 +15,9 @@ import pytest
 
 from service.agent import WorkerAgent
 from service.cli import main
+from service.cli.output import best_answer_lines
 from service.client import TunehubClient
-from service.schemas.configs import MAX_NEAREST_DISTANCE
+from service.schemas.configs import MAX_NEAREST_DISTANCE, BestConfigOut
 from tests.service.test_end_to_end import (  # noqa: F401  (fixtures)
     LiveServer,
     compile_cache,
@@ -151,3 +152,37 @@ def test_an_energy_job_on_the_cpu_backend_is_refused_in_one_line(
     assert exited.value.code == 2
     assert "energy counter" in err and "objective" in err, err
     assert "Traceback" not in err
+
+
+def _answer(exact: bool) -> BestConfigOut:
+    return BestConfigOut.model_validate(
+        {
+            "op": "reduce",
+            "dtype": "f32",
+            "layout": "row",
+            "problem": {"m": 128, "k": 2048, "kind": "sum"},
+            "tuned_problem": {"m": 64 if not exact else 128, "k": 2048, "kind": "sum"},
+            "exact": exact,
+            "distance": 0.0 if exact else 1.0,
+            "variant_id": "sha-a",
+            "variant_name": "reduce_f32_p4",
+            "params": {"pack": 4},
+            "median_us": 3.0,
+            "p20_us": 2.9,
+            "p80_us": 3.1,
+            "throughput": 87.0,
+            "throughput_unit": "GB/s",
+            "device": {"backend": "cpu", "name": "Test CPU"},
+            "toolchain": {},
+            "measured_at": "2026-12-04T00:00:00Z",
+        }  # fmt: skip
+    )
+
+
+def test_a_nearest_answer_says_whose_median_and_throughput_it_prints() -> None:
+    lines = best_answer_lines(_answer(exact=False))
+    (median,) = [line for line in lines if line.strip().startswith("median")]
+    (throughput,) = [line for line in lines if line.strip().startswith("throughput")]
+    assert "measured at m=64,k=2048,kind=sum" in median
+    assert "measured at m=64,k=2048,kind=sum" in throughput
+    assert not any("measured at" in line for line in best_answer_lines(_answer(exact=True)))

@@ -4,7 +4,10 @@ service is down."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +19,7 @@ from service.cli.serve import create_token_in_db
 from service.client import TunehubClient
 from service.schemas.jobs import JobCreate
 from service.schemas.worker import DeviceIn, LeaseRequest, ResultsIn, WorkerRegister
-from service.settings import Settings
+from service.settings import Settings, get_settings
 
 TUNED = {"op": "reduce", "dtype": "f32", "problem": {"m": 64, "k": 512, "kind": "sum"}}
 UNTUNED = {"op": "reduce", "dtype": "f32", "problem": {"m": 64, "k": 512, "kind": "max"}}
@@ -117,3 +120,77 @@ def test_a_bad_line_is_exit_2_naming_the_line_and_nothing_is_sent(
     assert run(capsys, shapes, "http://127.0.0.1:9", tmp_path / "c")[0] == 2
     code, _, err = run(capsys, tmp_path / "missing.jsonl", "http://127.0.0.1:9", tmp_path / "c")
     assert code == 2 and "cannot read" in err
+
+
+def _best_into_closed_pipe(url: str, kind: str, tmp_path: Path) -> tuple[int, str]:
+    """``tunehub best ... | head -1`` at its worst: the reader is gone before the first write."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    args = [sys.executable, "-m", "service.cli", "best", "reduce", "--m", "64", "--k", "512",
+            "--kind", kind, "--dtype", "f32", "--server", url]  # fmt: skip
+    env = {**os.environ, "TUNEHUB_DATA_DIR": str(tmp_path / "d"),
+           "TUNEHUB_CACHE_DIR": str(tmp_path / "c")}  # fmt: skip
+    try:
+        done = subprocess.run(
+            args, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60, env=env
+        )
+    finally:
+        os.close(write_end)
+    return done.returncode, done.stderr
+
+
+def test_best_into_a_closed_pipe_keeps_its_exit_status(
+    sqlite_settings: Settings, live_service: Callable[[Settings], Any], tmp_path: Path
+) -> None:
+    service = live_service(sqlite_settings)
+    tune(service.url, sqlite_settings)
+    code, err = _best_into_closed_pipe(service.url, "sum", tmp_path)
+    assert (code, err) == (0, "")  # answered; the reader leaving is no error
+    code, err = _best_into_closed_pipe(service.url, "max", tmp_path)
+    assert (code, err) == (1, "")  # not tuned yet, whoever reads it
+
+
+def test_query_applies_the_distance_bound_of_best(
+    sqlite_settings: Settings,
+    live_service: Callable[[Settings], Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    service = live_service(sqlite_settings)
+    tune(service.url, sqlite_settings)
+    far = tmp_path / "far.jsonl"  # k 16x the tuned 512: log2 distance 4
+    far.write_text(json.dumps({**TUNED, "problem": {"m": 64, "k": 8192, "kind": "sum"}}) + "\n")
+    cache = tmp_path / "answers"
+    code, lines, _ = run(capsys, far, service.url, cache, "--backend", "cpu")
+    assert code == 1 and lines[0]["config"] is None
+    assert "log2 distance 4.00, farther than 2" in lines[0]["error"]
+    code, lines, _ = run(capsys, far, service.url, cache, "--backend", "cpu", "--max-distance", "5")
+    assert code == 0 and lines[0]["config"]["variant_name"] == "reduce_f32_p4"
+
+
+def test_best_answers_from_the_client_cache_while_the_service_is_down(
+    sqlite_settings: Settings,
+    live_service: Callable[[Settings], Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TUNEHUB_CACHE_DIR", str(tmp_path / "cache"))
+    get_settings.cache_clear()
+    service = live_service(sqlite_settings)
+    tune(service.url, sqlite_settings)
+    best = ["best", "reduce", "--m", "64", "--k", "512", "--kind", "sum", "--dtype", "f32",
+            "--server", service.url]  # fmt: skip
+    try:
+        with pytest.raises(SystemExit) as exited:
+            main(best)
+        assert exited.value.code == 0 and "reduce_f32_p4" in capsys.readouterr().out
+        assert any((tmp_path / "cache" / "client").rglob("*.json"))  # kept for later
+        service.stop()
+        with pytest.raises(SystemExit) as exited:
+            main(best)
+    finally:
+        get_settings.cache_clear()
+    out, err = capsys.readouterr()
+    assert exited.value.code == 0 and "reduce_f32_p4" in out
+    assert "unreachable; this answer is from the cache" in err

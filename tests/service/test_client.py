@@ -13,9 +13,11 @@ import pytest
 
 from service.cli.serve import create_token_in_db
 from service.client import (
+    SERVICE_DOWN_S,
     ApiError,
     ConnectionFailed,
     RetryPolicy,
+    ServiceDown,
     TunehubClient,
     WaitTimeout,
 )
@@ -84,7 +86,8 @@ def test_best_answers_stale_from_the_cache_while_the_service_is_down_and_fresh_w
     service = live_service(sqlite_settings)
     seed_best_config(service.url, sqlite_settings)
     fast = RetryPolicy(attempts=2, backoff_s=0.01)
-    with TunehubClient(service.url, cache_dir=tmp_path / "client", retry=fast) as client:
+    # down_s=0: no "service down" hold, so best() asks again as soon as it is back
+    with TunehubClient(service.url, cache_dir=tmp_path / "client", retry=fast, down_s=0) as client:
         fresh = client.best(query(TUNED))
         assert not fresh.stale and fresh.value.variant_name == "reduce_f32_p4"
         # the cache alone, no request: what best() stored (the PyTorch ops read it first)
@@ -129,6 +132,63 @@ def test_query_caches_each_answer_for_offline_batches(
         assert offline[1].error is not None and "no cached answer" in offline[1].error
         # best() reads what query() cached
         assert client.best(query(TUNED)).stale
+
+
+class RecordingTransport(httpx.HTTPTransport):
+    """A real HTTP transport that notes each answer's (path, status)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers: list[tuple[str, int]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        self.answers.append((request.url.path, response.status_code))
+        return response
+
+
+def test_best_after_a_batch_query_revalidates_with_the_batch_etag(
+    sqlite_settings: Settings, live_service: Callable[[Settings], Any], tmp_path: Path
+) -> None:
+    service = live_service(sqlite_settings)
+    seed_best_config(service.url, sqlite_settings)
+    transport = RecordingTransport()
+    with TunehubClient(service.url, cache_dir=tmp_path / "client", transport=transport) as client:
+        (batch,) = client.query([query(TUNED)])
+        answer = client.best(query(TUNED))
+    assert answer.value == batch.config
+    assert transport.answers[-1] == ("/v1/configs/best", 304)  # not refetched in full
+
+
+def test_after_a_failed_connection_lookups_answer_from_the_cache_without_waiting(
+    sqlite_settings: Settings, live_service: Callable[[Settings], Any], tmp_path: Path
+) -> None:
+    service = live_service(sqlite_settings)
+    seed_best_config(service.url, sqlite_settings)
+    waits: list[float] = []
+    transport = RecordingTransport()
+    now = [0.0]
+    with TunehubClient(
+        service.url, cache_dir=tmp_path / "client", transport=transport, sleep=waits.append
+    ) as client:
+        client.service_down = ServiceDown(SERVICE_DOWN_S, clock=lambda: now[0])
+        fresh = client.best(query(TUNED))
+        service.stop()
+        assert client.best(query(TUNED)).stale and waits  # the first lookup pays the retries
+        waits.clear()
+        sent = len(transport.answers)
+        for _ in range(5):  # then, while the service is down: at once, nothing sent
+            assert client.best(query(TUNED)).stale
+            (batch,) = client.query([query(TUNED)])
+            assert batch.stale and batch.config == fresh.value
+        with pytest.raises(ConnectionFailed, match="not asked again"):
+            client.best(query(UNTUNED_MAX))  # nothing cached: fails at once too
+        assert waits == [] and len(transport.answers) == sent
+
+        service.start()
+        now[0] += SERVICE_DOWN_S  # the hold is over: asked again, and fresh
+        assert not client.best(query(TUNED)).stale
+        assert not client.service_down.active
 
 
 def _best_body(name: str) -> dict[str, Any]:

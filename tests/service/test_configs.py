@@ -66,6 +66,17 @@ def test_device_by_full_key_and_other_devices_do_not_answer(api: Any) -> None:
     assert api.best(op="gemm", dtype="bf16", m=128, n=128, k=128).status_code == 404
 
 
+def test_a_backend_name_as_device_selects_that_backend(api: Any) -> None:
+    _tune_gemm(api, (128, 128, 128), "a", 5.0)
+    dims = {"m": 128, "n": 128, "k": 128}
+    assert api.best(**GEMM, device="cuda", **dims).status_code == 200  # as --device cuda
+    assert api.best(**GEMM, device="cuda", backend="cuda", **dims).status_code == 200
+    assert api.best(**GEMM, device="cpu", **dims).status_code == 404  # tuned on cuda only
+    assert api.best(**GEMM, device="cuda", backend="cpu", **dims).status_code == 404
+    batch = {"queries": [{**GEMM, "problem": dims, "device": "cuda"}]}
+    assert api.client.post("/v1/configs/query", json=batch).json()["results"][0]["result"]
+
+
 def test_nearest_shape_in_log_space(api: Any) -> None:
     _tune_gemm(api, (128, 4096, 4096), "small_m", 50.0)
     _tune_gemm(api, (8192, 8192, 8192), "big", 1500.0)
@@ -142,6 +153,9 @@ def test_batch_query_answers_in_order(api: Any) -> None:
     assert results[2]["result"] is None and "not tuned yet" in results[2]["error"]
     assert results[3]["result"] is None and "problem.m" in results[3]["error"]
     assert results[4]["result"] is None and "layout" in results[4]["error"]
+    # each answer carries the ETag its GET gives, so a client can revalidate it later
+    single = api.best(**GEMM, device="H200", m=128, n=128, k=128)
+    assert results[0]["etag"] == single.headers["etag"] and results[2]["etag"] is None
 
 
 def test_batch_query_answers_repeated_queries_like_single_ones(api: Any) -> None:

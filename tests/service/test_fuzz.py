@@ -140,9 +140,11 @@ def test_health_metrics_and_docs(api: Any) -> None:
     text = api.client.get("/metrics").text
     assert 'tunehub_jobs{status="done"} 1' in text
     assert 'tunehub_jobs{status="queued"} 1' in text
-    assert "tunehub_tasks_queued 1" in text
+    assert 'tunehub_tasks{status="queued"} 1' in text
+    assert "tunehub_tasks_queued" not in text  # the line above says it once
     assert "tunehub_measurements_total 2" in text
-    assert "tunehub_best_configs_total 1" in text
+    assert "tunehub_best_configs 1" in text  # a gauge: no _total
+    assert "tunehub_best_configs_total" not in text
     assert api.client.get("/docs").status_code == 200
     paths = api.client.get("/openapi.json").json()["paths"]
     for path in ("/v1/jobs", "/v1/configs/best", "/v1/leases/{lease_id}/results", "/v1/import"):

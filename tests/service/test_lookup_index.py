@@ -22,7 +22,7 @@ from service.store.best import upsert_best
 from service.store.db import make_engine
 from service.store.keys import device_row, ensure_variants, toolchain_row
 from service.store.lookup import LookupQuery, find_best, find_best_many, log_distance
-from service.store.models import BestConfig, Device, Measurement, Task, Toolchain, utcnow
+from service.store.models import BestConfig, Device, Measurement, Task, Toolchain, Worker, utcnow
 from tuner.problems import problem_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -385,7 +385,35 @@ def test_metrics_count_requests_per_route_template_and_read_the_store(api: Any) 
     assert 'tunehub_variant_outcomes_total{outcome="ok"} 1.0' in text
     assert 'tunehub_variant_outcomes_total{outcome="timeout"} 1.0' in text
     assert "tunehub_lease_expiries_total 1.0" in text
-    assert "tunehub_best_configs_total 1.0" in text
+    assert "tunehub_best_configs 1.0" in text
+    # the fast worker holds the requeued task; the slow one is seen but busy with nothing
+    fast = _worker_line(text, "tunehub_worker_slots_busy", "fast")
+    assert fast == 1.0 and _worker_line(text, "tunehub_worker_slots_busy", "slow") == 0.0
+    assert _worker_line(text, "tunehub_worker_connected", "fast") == 1.0
+    assert 0.0 <= _worker_line(text, "tunehub_worker_last_seen_age_seconds", "fast") < 3600
+    with api.harness.sessionmaker() as session:  # the slow worker goes quiet for an hour
+        session.execute(
+            update(Worker)
+            .where(Worker.name == "slow")
+            .values(last_seen_at=utcnow() - timedelta(hours=1))
+        )
+        session.commit()
+    text = api.client.get("/metrics").text
+    assert _worker_line(text, "tunehub_worker_connected", "slow") == 0.0
+    assert _worker_line(text, "tunehub_worker_last_seen_age_seconds", "slow") >= 3600
+    # static files count under their mount, not as "unmatched"
+    assert api.client.get("/ui/static/style.css").status_code == 200
+    text = api.client.get("/metrics").text
+    assert 'route="/ui/static/{path}",status="200"' in text and "style.css" not in text
+
+
+def _worker_line(text: str, metric: str, name: str) -> float:
+    (value,) = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(metric + "{") and f'name="{name}"' in line
+    ]
+    return value
 
 
 def test_best_checks_a_read_token_only_when_required_or_sent(api: Any) -> None:

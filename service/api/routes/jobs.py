@@ -15,7 +15,12 @@ from service.schemas.common import JobStatus, Op
 from service.schemas.jobs import JobCreate, JobList, JobOut
 from service.settings import Settings
 from service.store.models import ApiToken, Job, Task
-from service.store.queue import cancel_job, live_worker_devices, waiting_for
+from service.store.queue import (
+    cancel_job,
+    live_worker_devices,
+    waiting_for,
+    worker_live_seconds,
+)
 from service.store.tokens import check_job_owner
 from service.store.validation import parse_problem, usable_id
 from service.store.views import job_dict
@@ -28,9 +33,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
 def _live_seconds(settings: Settings) -> float:
-    """A worker unseen for a lease's length counts as gone (its lease would expire too); an
-    idle worker polls every second or so, so a short lease setting does not hide it."""
-    return float(max(settings.lease_seconds, 10))
+    return worker_live_seconds(settings.lease_seconds)
 
 
 def _with_waiting(
