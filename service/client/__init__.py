@@ -34,7 +34,7 @@ winner's shared object to ``<dir>/<sha256>.so`` once, checked before it is kept;
 
 from service.client._answers import Cached, QueryAnswer, best_params
 from service.client._cache import ResponseCache
-from service.client._client import DEFAULT_TIMEOUT_S, TunehubClient
+from service.client._client import TunehubClient
 from service.client._down import SERVICE_DOWN_S, ServiceDown
 from service.client._errors import (
     ApiError,
@@ -45,6 +45,7 @@ from service.client._errors import (
     WaitTimeout,
 )
 from service.client._retry import NO_RETRY, RetryPolicy
+from service.client._transport import DEFAULT_TIMEOUT_S
 
 __all__ = [
     "ClientError",

@@ -9,13 +9,12 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from service.client._answers import Answer, Cached, QueryAnswer, best_params
-from service.client._cache import CacheEntry, ResponseCache, request_key
-from service.client._down import ServiceDown
+from service.client._cache import CacheEntry, request_key
 from service.client._errors import ApiError, ConnectionFailed
+from service.client._transport import Transport
 from service.schemas.client_results import ClientBestOut, canonical_key
 from service.schemas.configs import (
     BestConfigOut,
@@ -32,43 +31,9 @@ log = logging.getLogger(__name__)
 UNAVAILABLE = frozenset({502, 503, 504})
 
 
-class CachedLookups:
-    """Lookup calls over the plumbing the client class provides (``_send``, ``_call``,
-    ``_parse``) and its ``cache`` and ``service_down``."""
-
-    base_url: str
-    cache: ResponseCache | None
-    service_down: ServiceDown
-
-    def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: BaseModel | None = None,
-        params: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        lease_call: bool = False,
-        idempotent: bool | None = None,
-        raw: bytes | None = None,
-    ) -> httpx.Response:
-        raise NotImplementedError
-
-    def _call(
-        self,
-        answer: type[Answer],
-        method: str,
-        path: str,
-        *,
-        body: BaseModel | None = None,
-        params: Mapping[str, Any] | None = None,
-        lease_call: bool = False,
-        idempotent: bool | None = None,
-    ) -> Answer:
-        raise NotImplementedError
-
-    def _parse(self, answer: type[Answer], content: bytes | str, method: str, path: str) -> Answer:
-        raise NotImplementedError
+class CachedLookups(Transport):
+    """Lookup calls over the transport's ``_send`` and ``_parse``, its ``cache`` and
+    ``service_down``."""
 
     def cached_get(
         self, answer: type[Answer], path: str, params: Mapping[str, Any] | None = None
