@@ -28,6 +28,8 @@ from tuner.spaces.cuda_rows import (
     lanes_per_row,
     mapping_label,
     packs_for,
+    packs_per_lane,
+    powers_of_two_up_to,
     prune_row_mapping,
     row_mappings,
     widest_first,
@@ -55,26 +57,14 @@ def reg_bytes(threads: int) -> int:
 def col_options(params: Params, dtype: str) -> list[int]:
     """Packs per lane the "reg" kernel is instantiated for (powers of two up to the budget;
     mirrors ``kMaxCols`` in the template)."""
-    most = max(1, reg_bytes(int(params["threads"])) // (int(params["pack"]) * ELEMENT_SIZE[dtype]))
-    options, cols = [], 1
-    while cols <= most:
-        options.append(cols)
-        cols *= 2
-    return options
+    pack_bytes = int(params["pack"]) * ELEMENT_SIZE[dtype]
+    return powers_of_two_up_to(reg_bytes(int(params["threads"])) // pack_bytes)
 
 
 def cols_needed(params: Params, k: int) -> int:
     """Packs per lane (a power of two) the "reg" kernel needs for rows of length ``k``
     (mirrors ``cols_needed`` in the template)."""
-    per_lane = -(-(k // int(params["pack"])) // lanes_per_row(params))
-    cols = 1
-    while cols < per_lane:
-        cols *= 2
-    return cols
-
-
-def _packs_per_lane(params: Params, k: int) -> int:
-    return max(1, -(-(k // int(params["pack"])) // lanes_per_row(params)))
+    return 1 << (packs_per_lane(params, k) - 1).bit_length()
 
 
 class CudaRmsNormSpace(VariantSpace):
@@ -123,7 +113,7 @@ class CudaRmsNormSpace(VariantSpace):
         m, k = int(getattr(problem, "m")), int(getattr(problem, "k"))  # noqa: B009
 
         def rank(p: Params) -> tuple[int, int, int, int]:
-            per_lane = _packs_per_lane(p, k)
+            per_lane = packs_per_lane(p, k)
             if m <= FEW_ROWS:
                 fill = per_lane
             else:

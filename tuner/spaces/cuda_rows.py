@@ -32,6 +32,8 @@ __all__ = [
     "prune_row_mapping",
     "widest_first",
     "split_rank",
+    "powers_of_two_up_to",
+    "packs_per_lane",
 ]
 
 CTYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
@@ -126,3 +128,15 @@ def split_rank(params: Params, m: int) -> int:
             return -int(params["group"])
         return 0 if strategy == "block" else 1
     return 2 + int(params["group"]) if strategy == "cluster" else 1
+
+
+def powers_of_two_up_to(most: int) -> list[int]:
+    """1, 2, 4, ... up to ``most`` (at least [1]): the packs per lane a kernel that keeps the
+    row in registers is instantiated for."""
+    return [1 << i for i in range(max(1, most).bit_length())]
+
+
+def packs_per_lane(params: Params, k: int) -> int:
+    """Packs of ``params["pack"]`` elements each lane of a row holds for rows of length ``k``
+    (at least 1)."""
+    return max(1, -(-(k // int(params["pack"])) // lanes_per_row(params)))

@@ -39,6 +39,7 @@ from tuner.spaces.cuda_rows import (
     lanes_per_row,
     mapping_label,
     packs_for,
+    powers_of_two_up_to,
     prune_row_mapping,
     row_mappings,
     split_rank,
@@ -110,12 +111,7 @@ def reg_values(params: Params, k: int) -> int:
 
 def col_options(params: Params) -> list[int]:
     """Packs per thread the "reg" kernel is instantiated for (powers of two)."""
-    most = max(1, max_values(int(params["threads"])) // int(params["pack"]))
-    options, cols = [], 1
-    while cols <= most:
-        options.append(cols)
-        cols *= 2
-    return options
+    return powers_of_two_up_to(max_values(int(params["threads"])) // int(params["pack"]))
 
 
 class CudaSoftmaxSpace(VariantSpace):
