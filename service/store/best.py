@@ -173,24 +173,21 @@ def upsert_best(
     return "kept"
 
 
-def incumbents_of(session: Session, job: Job, task: Task, device_id: int | None) -> list[str]:
-    """The variant names of the stored winners of the task's problem on the device (the
-    incumbents its lease named to the engine: preferred in a tie, tuner.winner rule 3)."""
-    if device_id is None:
+def incumbents_of(session: Session, job: Job, task: Task, device_ids: Collection[int]) -> list[str]:
+    """The variant names of the stored winners of the task's problem on these devices (the
+    incumbents a lease names to the engine, and that a tie prefers: tuner.winner rule 3)."""
+    if not device_ids:
         return []
-    return sorted(
-        set(
-            session.scalars(
-                select(Variant.name)
-                .join(Measurement, Measurement.variant_id == Variant.id)
-                .join(BestConfig, BestConfig.measurement_id == Measurement.id)
-                .where(
-                    BestConfig.op == job.op,
-                    BestConfig.dtype == job.dtype,
-                    BestConfig.layout == job.layout,
-                    BestConfig.problem_key == task.problem_key,
-                    BestConfig.device_id == device_id,
-                )
-            )
+    names = session.scalars(
+        select(Variant.name)
+        .join(Measurement, Measurement.variant_id == Variant.id)
+        .join(BestConfig, BestConfig.measurement_id == Measurement.id)
+        .where(
+            BestConfig.op == job.op,
+            BestConfig.dtype == job.dtype,
+            BestConfig.layout == job.layout,
+            BestConfig.problem_key == task.problem_key,
+            BestConfig.device_id.in_(list(device_ids)),
         )
     )
+    return sorted(set(names))

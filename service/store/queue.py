@@ -17,16 +17,14 @@ from sqlalchemy.orm import Session
 
 from service.errors import Conflict, InvalidInput, NotFound
 from service.schemas.common import FINISHED_STATUSES, DeviceFields
+from service.store.best import incumbents_of
 from service.store.confirm import lease_clause
 from service.store.keys import selector_matches
 from service.store.models import (
-    BestConfig,
     Device,
     Job,
     Lease,
-    Measurement,
     Task,
-    Variant,
     Worker,
     WorkerDevice,
     new_id,
@@ -274,22 +272,7 @@ def incumbent_names(
     devices (of the job's backend): the engine times them beside its own candidates, so the
     store's rule compares a new winner with the incumbent side by side (tuner.winner)."""
     devices = _worker_devices(session, worker, device)
-    device_ids = [d.id for d in devices if d.backend == job.backend]
-    if not device_ids:
-        return []
-    names = session.scalars(
-        select(Variant.name)
-        .join(Measurement, Measurement.variant_id == Variant.id)
-        .join(BestConfig, BestConfig.measurement_id == Measurement.id)
-        .where(
-            BestConfig.op == job.op,
-            BestConfig.dtype == job.dtype,
-            BestConfig.layout == job.layout,
-            BestConfig.problem_key == task.problem_key,
-            BestConfig.device_id.in_(device_ids),
-        )
-    )
-    return sorted(set(names))
+    return incumbents_of(session, job, task, [d.id for d in devices if d.backend == job.backend])
 
 
 def _lease(session: Session, lease_id: str) -> Lease | None:

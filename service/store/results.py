@@ -327,7 +327,7 @@ def _finish(
             )
         ).all()
     )
-    incumbents = incumbents_of(session, job, task, device_id)
+    incumbents = incumbents_of(session, job, task, [] if device_id is None else [device_id])
     decision = decide_winner(measurements, names, job.objective, incumbents)
     winner = decision.winner
     tie_set = [names.get(m.variant_id, "") for m in decision.tie_set]
