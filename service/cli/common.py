@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -27,6 +28,7 @@ __all__ = [
     "make_client",
     "answer_cache_dir",
     "check_choice",
+    "json_lines",
     "ServerOpt",
     "TokenOpt",
     "DTypeOpt",
@@ -152,3 +154,15 @@ def answer_cache_dir(settings: Settings | None = None) -> Path:
 def check_choice(name: str, value: str, choices: Sequence[str]) -> None:
     if value not in choices:
         raise UserError(f"{name} {value!r} is not one of: {', '.join(choices)}")
+
+
+def json_lines(text: str, source: str) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) of every non-blank line of a JSON-lines file; UserError
+    naming ``source`` and the line that is not JSON."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except ValueError as exc:
+            raise UserError(f"{source}:{number}: not JSON ({exc})") from None

@@ -33,6 +33,7 @@ from service.cli.common import (
     TokenOpt,
     UserError,
     answer_cache_dir,
+    json_lines,
     resolve_server,
     resolve_token,
     too_far,
@@ -50,13 +51,7 @@ EXIT_UNREACHABLE = 3
 def read_queries(text: str, source: str, defaults: dict[str, Any]) -> list[tuple[int, ConfigQuery]]:
     """(line number, query) per non-blank line; UserError naming the line and field."""
     queries = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            fields = json.loads(line)
-        except ValueError as exc:
-            raise UserError(f"{source}:{number}: not JSON ({exc})") from None
+    for number, fields in json_lines(text, source):
         if not isinstance(fields, dict):
             raise UserError(f"{source}:{number}: must be a JSON object")
         for name, value in defaults.items():

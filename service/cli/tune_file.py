@@ -19,7 +19,6 @@ many winners have no artifact yet. Exit 0 when none failed, 1 otherwise.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -31,7 +30,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from service.cli.common import UserError, check_choice, stderr
+from service.cli.common import UserError, check_choice, json_lines, stderr
 from service.cli.output import watch_jobs
 from service.client import TunehubClient
 from service.schemas.configs import MAX_QUERIES, ConfigQuery, ConfigQueryBatch
@@ -135,15 +134,8 @@ def _shape(number: int, fields: Any, source: str, backend: str) -> RecordedShape
 
 def read_shapes(text: str, source: str, backend: str = "cpu") -> list[RecordedShape]:
     """Every non-blank line as a shape, in file order; UserError naming the first bad line."""
-    shapes = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            fields = json.loads(line)
-        except ValueError as exc:
-            raise UserError(f"{source}:{number}: not JSON ({exc})") from None
-        shapes.append(_shape(number, fields, source, backend))
+    lines = json_lines(text, source)
+    shapes = [_shape(number, fields, source, backend) for number, fields in lines]
     if not shapes:
         raise UserError(f"{source}: no shapes (an empty file)")
     return shapes
