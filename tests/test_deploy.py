@@ -192,3 +192,25 @@ def test_services_read_the_env_file_of_their_example(example: str) -> None:
     readers = {n for n, s in services.items() if {"path": path, "required": False} in s["env_file"]}
     assert readers == (SERVER_SERVICES if example.startswith("server") else WORKER_SERVICES)
     assert path in (REPO_ROOT / ".gitignore").read_text().replace("/deploy", "deploy")
+
+
+# -- the docs say the same ----------------------------------------------------------------
+
+
+def test_documented_compose_commands_name_a_profile_and_existing_services() -> None:
+    services = set(compose()["services"])
+    for doc in ("docs/deploy.md", "README.md", "docker-compose.yml"):
+        text = (REPO_ROOT / doc).read_text(encoding="utf-8")
+        commands = re.findall(r"docker compose [^`\n]*", text)
+        assert commands or doc == "README.md", doc
+        for command in commands:
+            profile = re.search(r"--profile (\w+)", command)
+            assert profile and profile.group(1) in {"server", "worker"}, (doc, command)
+            named = re.search(r"\b(?:exec|logs -f|logs)\s+(\S+)", command)
+            assert named is None or named.group(1) in services, (doc, command)
+
+
+def test_the_deploy_doc_says_compose_is_validated_but_not_run() -> None:
+    text = (REPO_ROOT / "docs/deploy.md").read_text(encoding="utf-8")
+    assert "compose specification" in text and "no container engine" in text.lower()
+    assert "tests/test_deploy.py" in text and "tests/test_deploy_rehearsal.py" in text
