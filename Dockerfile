@@ -26,6 +26,10 @@ RUN groupadd --system --gid 10001 tunehub \
  && useradd --system --uid 10001 --gid tunehub --create-home --shell /usr/sbin/nologin tunehub \
  && mkdir -p /data/cache && chown -R tunehub:tunehub /data
 WORKDIR /app
+# the dependencies first, in a layer a source change keeps; then the package itself
+COPY pyproject.toml deploy/requirements.py /tmp/deps/
+RUN cd /tmp/deps && python requirements.py > requirements.txt \
+ && pip install -r /tmp/deps/requirements.txt && rm -rf /tmp/deps
 COPY . /app
 RUN pip install -e /app && python -m compileall -q /app/service /app/tuner
 USER tunehub
@@ -57,10 +61,14 @@ RUN groupadd --system --gid 10001 tunehub \
  && mkdir -p /var/lib/tunehub /var/cache/tunehub \
  && chown tunehub:tunehub /var/lib/tunehub /var/cache/tunehub
 WORKDIR /app
+# the dependencies with the `cuda` extra (CUTLASS headers) and the `vendor` extra (cuBLASLt, cuDNN;
+# about 2 GB), and nvidia-ml-py (device discovery, clocks, power), in a layer a source change
+# keeps; then the package itself
+COPY pyproject.toml deploy/requirements.py /tmp/deps/
+RUN cd /tmp/deps && python requirements.py cuda vendor > requirements.txt \
+ && pip install -r /tmp/deps/requirements.txt nvidia-ml-py && rm -rf /tmp/deps
 COPY . /app
-# the `cuda` extra (CUTLASS headers) and the `vendor` extra (cuBLASLt, cuDNN; about 2 GB), and
-# nvidia-ml-py for device discovery, clocks and power
-RUN pip install -e "/app[cuda,vendor]" nvidia-ml-py \
+RUN pip install -e "/app[cuda,vendor]" \
  && python -m compileall -q /app/service /app/tuner
 USER tunehub
 VOLUME ["/var/cache/tunehub"]

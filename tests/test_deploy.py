@@ -13,6 +13,9 @@ import copy
 import json
 import os
 import re
+import subprocess
+import sys
+import tomllib
 
 import pytest
 
@@ -119,8 +122,8 @@ def test_the_server_image_is_slim_python_non_root_and_migrates_before_serving() 
     args = dockerfile_args()
     server = dockerfile_stages()["server"]
     assert args["PYTHON_IMAGE"] == "python:3.12-slim" and server[0] == "FROM ${PYTHON_IMAGE}"
-    installs = [i for i in server if i.startswith("RUN") and "pip install" in i]
-    assert installs and all("-e /app" in i for i in installs)
+    installs = [i for i in server if i.startswith("RUN") and "pip install -e" in i]
+    assert len(installs) == 1 and "pip install -e /app " in installs[0]
     user = [i for i in server if i.startswith("USER")]
     assert user == ["USER tunehub"] and server.index(user[0]) > server.index(installs[-1])
     assert server[-1] == 'ENTRYPOINT ["/app/deploy/serve.sh"]'
@@ -140,6 +143,35 @@ def test_the_worker_image_is_cuda_devel_with_the_extras_and_non_root() -> None:
     assert user == ["USER tunehub"] and worker.index(user[0]) > worker.index(extras[0])
     assert 'ENTRYPOINT ["/app/deploy/worker.sh"]' in worker
     assert 'CMD ["--backend", "cuda"]' in worker
+
+
+def test_the_images_install_the_dependencies_before_the_source() -> None:
+    """A rebuild after a source change keeps the dependency layer (torch, the extras)."""
+    for stage, extras in (("server", ""), ("worker", " cuda vendor")):
+        instructions = dockerfile_stages()[stage]
+        (deps,) = [i for i in instructions if f"python requirements.py{extras} >" in i]
+        assert "pip install -r" in deps
+        assert instructions.index(deps) < instructions.index("COPY . /app"), stage
+
+
+def test_requirements_lists_the_dependencies_and_the_named_extras() -> None:
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    listed = subprocess.run(
+        [sys.executable, str(DEPLOY / "requirements.py"), "cuda", "vendor"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert listed == project["dependencies"] + extras["cuda"] + extras["vendor"]
+    unknown = subprocess.run(
+        [sys.executable, str(DEPLOY / "requirements.py"), "cudaa"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert unknown.returncode != 0 and "no such extra: cudaa" in unknown.stderr
 
 
 def test_the_images_leave_out_secrets_and_history() -> None:
