@@ -10,6 +10,7 @@ what the containers run, outside docker.
 from __future__ import annotations
 
 import copy
+import fnmatch
 import json
 import os
 import re
@@ -180,6 +181,41 @@ def test_the_images_leave_out_secrets_and_history() -> None:
         assert pattern in ignored
     # the package's readme is needed to install it
     assert "README.md" not in ignored and "*.md" not in ignored
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    """.dockerignore's matching, for its simple patterns: a name, a glob, ``**/`` any depth."""
+    parts = path.split("/")
+    for pattern in patterns:
+        anywhere = pattern.startswith("**/")
+        glob = pattern.removeprefix("**/")
+        starts = range(len(parts)) if anywhere else range(1)
+        for start in starts:
+            for end in range(start + 1, len(parts) + 1):
+                if fnmatch.fnmatchcase("/".join(parts[start:end]), glob):
+                    return True
+    return False
+
+
+def test_the_build_context_holds_what_the_images_run() -> None:
+    patterns = [
+        line.strip()
+        for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    sent = {path for path in tracked if not _ignored(path, patterns)}
+    needed = ["README.md", "pyproject.toml", "alembic.ini", "migrations/env.py"]
+    needed += [f"deploy/{name}" for name in ("serve.sh", "worker.sh", "healthcheck.py")]
+    needed += ["deploy/requirements.py", "service/cli/main.py", "tuner/render.py"]
+    assert [path for path in needed if path not in sent] == []
+    assert any(path.startswith("kernel_templates/cuda/") for path in sent)
+    assert any(path.startswith("migrations/versions/") for path in sent)
+    assert not any(path.startswith(("tests/", ".git/")) for path in sent)
+    assert _ignored("deploy/server.env", patterns)
+    assert _ignored("service/__pycache__/x.pyc", patterns)
 
 
 def test_entry_scripts_are_executable() -> None:
