@@ -33,8 +33,8 @@ from service.store.db import head_revision
 from tests.conftest import PG_ADMIN_URL, REPO_ROOT, pg_admin_connect
 from tests.deploy_files import DEPLOY, env_file_values, image_env
 
-START_TIMEOUT_S = 40.0
-JOB_TIMEOUT_S = 40.0
+START_TIMEOUT_S = 90.0
+JOB_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 15.0
 #: the worker's name in deploy/worker.env.example
 EXAMPLE_WORKER_NAME = env_file_values(DEPLOY / "worker.env.example")["TUNEHUB_WORKER_NAME"]
