@@ -160,7 +160,13 @@ def worker_command(
     backend: Annotated[
         list[str] | None, typer.Option(help="Backends to serve (repeat; default cpu).")
     ] = None,
-    name: Annotated[str | None, typer.Option(help="Worker name (default: host name).")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TUNEHUB_WORKER_NAME",
+            help="Worker name, as /v1/workers and /metrics show it (default: host name).",
+        ),
+    ] = None,
     devices: Annotated[
         str | None,
         typer.Option(help="GPUs to drive, as nvidia-smi numbers them: 0,2 (default: all)."),
