@@ -53,6 +53,9 @@ BULK_THREADS = (256, 512)
 #: dynamic shared memory one CTA of the family may take: sm_90's 227 KB opt-in less 1 KB for
 #: the kernel's static arrays (mbarriers, the block's and cluster's (max, sum) pairs)
 BULK_SMEM_BYTES = 227 * 1024 - 1024
+#: with many long rows, clusters per row up to this size go early in the order (more CTAs a
+#: row only add exchange: the rows already fill the GPU)
+_MANY_ROWS_CLUSTERS = 4
 #: a bulk copy moves 16-byte units
 _UNIT_BYTES = 16
 
@@ -101,12 +104,14 @@ def prune_bulk(params: Params, problem: Problem, dtype: str) -> str | None:
 def bulk_rank(params: Params, m: int, long_rows: bool) -> tuple[int, int, int, int]:
     """Order key of the family beside the other softmax variants' (see
     ``CudaSoftmaxSpace.order``): with few rows the cluster per row right after the grid split,
-    most CTAs first; with many long rows the persistent kernel first and the cluster per row
-    after the split rows in shared memory; elsewhere (short rows; persistent with few rows) last.
-    """
+    most CTAs first; with many long rows the persistent kernel first, the cluster per row of 2-4
+    CTAs after the split rows in shared memory and of 8-16 after the two-pass rows; elsewhere
+    (short rows; persistent with few rows) last."""
     ctas = int(params["group"])
     if m <= FEW_ROWS:
         return (0, -1, 1, -ctas) if params["mode"] == "bulk" else (9, 0, 0, ctas)
     if not long_rows:
         return 9, 0, 0, ctas
-    return (1, 0, -1, ctas) if params["mode"] == "bulkp" else (1, 1, 20, ctas)
+    if params["mode"] == "bulkp":
+        return 1, 0, -1, ctas
+    return (1, 1, 20, ctas) if ctas <= _MANY_ROWS_CLUSTERS else (1, 4, 20, ctas)
