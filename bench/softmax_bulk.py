@@ -232,9 +232,8 @@ def run(args: argparse.Namespace, backend: CudaBackend) -> dict[str, Any]:
         except Exception as exc:  # this shape is lost (reported); the others go on
             row = {"m": m, "k": k, "error": f"{type(exc).__name__}: {exc}"[:300]}
         rows.append(row)
-        print(
-            f"[time] {m} x {k}: {json.dumps({x: row.get(x) for x in ('best_bulk', 'best_existing')})}"
-        )
+        best = {x: row.get(x) for x in ("best_bulk", "best_existing", "error")}
+        print(f"[time] {m} x {k}: {json.dumps(best)}", flush=True)
         torch.cuda.synchronize()
     meta = {
         "device": torch.cuda.get_device_name(0),
