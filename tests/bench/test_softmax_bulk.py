@@ -16,7 +16,7 @@ def test_labels_time_the_family_beside_the_existing_head_and_the_recorded_winner
     names = list(sb.labels(5341, 50257))
     bulk = [n for n in names if n.endswith(("_bulk", "_bulkp"))]
     existing = [n for n in names if n not in bulk]
-    assert len(bulk) == 12 and names[: len(bulk)] == bulk
+    assert len(bulk) == 14 and names[: len(bulk)] == bulk
     # the order's head, then the winner bench/regress_baseline.json records for the shape
     assert len(existing) == sb.EXISTING_HEAD + 1
     assert existing[-1] == sb.recorded_winner(5341, 50257) == "softmax_f16_p8_c2_t256_smem"

@@ -83,8 +83,8 @@ def test_order_puts_them_beside_the_one_cta_shared_memory_rows_for_long_rows() -
     assert order.index("softmax_f16_p8_c4_t256_smem") < order.index(
         "softmax_f16_p8_block_t1024_2pass"
     )
-    # within reach of a small budget (the bulk-copy clusters of 2 and 4 CTAs, one read of the
-    # row, go before it: test_cuda_softmax_bulk.py)
+    # within reach of a small budget (the bulk-copy family's persistent kernel, one read of the
+    # row, goes first: test_cuda_softmax_bulk.py)
     assert order.index("softmax_f16_p8_block_t1024_2pass") < 20
 
 

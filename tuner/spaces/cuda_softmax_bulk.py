@@ -9,9 +9,10 @@ write of global memory. Two modes:
 
 - ``bulk``: a cluster per row (2-16 CTAs): few long rows reach up to 16 SMs each in one plain
   launch;
-- ``bulkp``: a persistent grid of the clusters resident at once (1-2 CTAs a row), each CTA with
-  two buffers: the next row's copy is in flight while the current row is finished (many long
-  rows, e.g. a 50257-entry vocabulary over thousands of rows).
+- ``bulkp``: a persistent grid of the clusters resident at once (1-4 CTAs a row: 1 to 4 CTAs an
+  SM at a 100 KB row, whose phases interleave), each CTA with two buffers: the next row's copy
+  is in flight while the current row is finished (many long rows, e.g. a 50257-entry
+  vocabulary over thousands of rows).
 
 The params keep the split-row shape of the other softmax variants (``strategy`` "cluster",
 ``group`` the CTAs per row, 16-byte ``pack``), so names, row-mapping pruning and the order's
@@ -47,15 +48,13 @@ BULK_TEMPLATE = "cuda/softmax_bulk.cu.j2"
 BULK_MODES = ("bulk", "bulkp")
 #: CTAs per row of "bulk" (16: the non-portable cluster size of sm_90)
 ONE_ROW_CLUSTERS = (2, 4, 8, 16)
-#: CTAs per row of "bulkp" (its clusters walk many rows; small ones keep SMs busy)
-PERSISTENT_CLUSTERS = (1, 2)
+#: CTAs per row of "bulkp" (its clusters walk many rows; the more CTAs a row, the smaller each
+#: CTA's buffers and the more CTAs (rows at different phases) share an SM)
+PERSISTENT_CLUSTERS = (1, 2, 4)
 BULK_THREADS = (256, 512)
 #: dynamic shared memory one CTA of the family may take: sm_90's 227 KB opt-in less 1 KB for
 #: the kernel's static arrays (mbarriers, the block's and cluster's (max, sum) pairs)
 BULK_SMEM_BYTES = 227 * 1024 - 1024
-#: with many long rows, clusters per row up to this size go early in the order (more CTAs a
-#: row only add exchange: the rows already fill the GPU)
-_MANY_ROWS_CLUSTERS = 4
 #: a bulk copy moves 16-byte units
 _UNIT_BYTES = 16
 
@@ -104,14 +103,13 @@ def prune_bulk(params: Params, problem: Problem, dtype: str) -> str | None:
 def bulk_rank(params: Params, m: int, long_rows: bool) -> tuple[int, int, int, int]:
     """Order key of the family beside the other softmax variants' (see
     ``CudaSoftmaxSpace.order``): with few rows the cluster per row right after the grid split,
-    most CTAs first; with many long rows the persistent kernel first, the cluster per row of 2-4
-    CTAs after the split rows in shared memory and of 8-16 after the two-pass rows; elsewhere
-    (short rows; persistent with few rows) last."""
+    most CTAs first; with many long rows the persistent kernel first and the cluster per row
+    after the two-pass rows (the persistent kernel is the family's bet there, and a capped
+    search keeps the split rows in shared memory, the recorded winners); elsewhere (short rows;
+    persistent with few rows) last."""
     ctas = int(params["group"])
     if m <= FEW_ROWS:
         return (0, -1, 1, -ctas) if params["mode"] == "bulk" else (9, 0, 0, ctas)
     if not long_rows:
         return 9, 0, 0, ctas
-    if params["mode"] == "bulkp":
-        return 1, 0, -1, ctas
-    return (1, 1, 20, ctas) if ctas <= _MANY_ROWS_CLUSTERS else (1, 4, 20, ctas)
+    return (1, 0, -1, ctas) if params["mode"] == "bulkp" else (1, 4, 20, ctas)
