@@ -132,14 +132,18 @@ def _order(m: int, k: int) -> list[str]:
 
 def test_order_many_long_rows_persistent_first_recorded_winner_kept_in_budget() -> None:
     order = _order(5341, 50257)
-    assert order[:6] == [f"softmax_f16_p8_c{c}_t{t}_bulkp" for c in (1, 2, 4) for t in (256, 512)]
-    # the winner of 2026-12-04 stays within bench/regress.py's softmax budget (16)
-    assert order.index("softmax_f16_p8_c2_t256_smem") < 16
+    assert order[:3] == [
+        "softmax_f16_p8_c1_t512_bulkp",
+        "softmax_f16_p8_c2_t256_bulkp",
+        "softmax_f16_p8_c4_t256_bulkp",
+    ]
+    # the winner of 2026-12-04 stays well within bench/regress.py's softmax budget (16)
+    assert order.index("softmax_f16_p8_c2_t256_smem") < 12
     assert order.index("softmax_f16_p8_c2_t256_bulk") > order.index("softmax_f16_p8_c8_t512_smem")
     assert order.index("softmax_f16_p8_c2_t512_smem") < 16
     # a 297 KB row: the persistent kernel as quarters; clusters per row after the two passes
     order = _order(1766, 151936)
-    assert order[:2] == ["softmax_f16_p8_c4_t256_bulkp", "softmax_f16_p8_c4_t512_bulkp"]
+    assert order[0] == "softmax_f16_p8_c4_t256_bulkp"
     assert order.index("softmax_f16_p8_c2_t256_bulk") > order.index(
         "softmax_f16_p8_block_t1024_2pass"
     )

@@ -103,13 +103,19 @@ def prune_bulk(params: Params, problem: Problem, dtype: str) -> str | None:
 def bulk_rank(params: Params, m: int, long_rows: bool) -> tuple[int, int, int, int]:
     """Order key of the family beside the other softmax variants' (see
     ``CudaSoftmaxSpace.order``): with few rows the cluster per row right after the grid split,
-    most CTAs first; with many long rows the persistent kernel first and the cluster per row
-    after the two-pass rows (the persistent kernel is the family's bet there, and a capped
-    search keeps the split rows in shared memory, the recorded winners); elsewhere (short rows;
-    persistent with few rows) last."""
+    most CTAs first; with many long rows three persistent kernels first (one a cluster size),
+    the other three after the split rows in shared memory and the cluster per row after the
+    two-pass rows (the persistent kernel is the family's bet there, and a capped search still
+    reaches the split rows in shared memory, the recorded winners, early); elsewhere (short
+    rows; persistent with few rows) last."""
     ctas = int(params["group"])
     if m <= FEW_ROWS:
         return (0, -1, 1, -ctas) if params["mode"] == "bulk" else (9, 0, 0, ctas)
     if not long_rows:
         return 9, 0, 0, ctas
-    return (1, 0, -1, ctas) if params["mode"] == "bulkp" else (1, 4, 20, ctas)
+    if params["mode"] == "bulkp":
+        # one size of CTA per cluster size first: the whole SM's threads for one CTA an SM, 256
+        # threads where 2-4 CTAs share it; the other three after the split rows in shared memory
+        lead = int(params["threads"]) == (512 if ctas == 1 else 256)
+        return (1, 0, -1, ctas) if lead else (1, 1, 20, ctas)
+    return 1, 4, 20, ctas
