@@ -7,6 +7,8 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -207,3 +209,28 @@ def test_family_builds_for_sm90a(tmp_path: Path) -> None:
         assert lib.tunehub_can_run((ctypes.c_int64 * 2)(0, 64), 2) == 1
         lib.tunehub_describe.restype = ctypes.c_char_p
         assert lib.tunehub_describe().decode().startswith(variant.name)
+
+
+@pytest.mark.nvcc
+def test_ptx_reads_global_memory_only_through_bulk_copies(tmp_path: Path) -> None:
+    """The aligned instantiation (EDGES = false) loads nothing from global memory itself: the
+    row comes in by cp.async.bulk on an mbarrier, leaves by 16-byte stores; no local memory."""
+    require_toolchain(lambda: None)
+    params = next(p for p in _bulk("f16") if p["mode"] == "bulkp" and p["group"] == 2)
+    cu, ptx = tmp_path / "kernel.cu", tmp_path / "kernel.ptx"
+    cu.write_text(render_variant(SPACE, params, "f16", "row", "sm_90", (), _IDENTITY).source)
+    argv = ["nvcc", *arch_flags("sm_90"), "-ptx", "-o", str(ptx), str(cu)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = ptx.read_text()
+    entries = re.split(r"^\.visible \.entry |^\.entry ", text, flags=re.MULTILINE)[1:]
+    bodies = {e.split("(", 1)[0]: e for e in entries}
+    aligned = [b for name, b in bodies.items() if "Lb0E" in name]
+    any_k = [b for name, b in bodies.items() if "Lb1E" in name]
+    assert len(aligned) == 1 and len(any_k) == 1, sorted(bodies)
+    for body in (aligned[0], any_k[0]):
+        assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in body
+        assert "mbarrier.try_wait.parity" in body and "st.global.v4" in body
+        assert "ld.shared.v4" in body and ".local" not in body
+    assert "ld.global" not in aligned[0]
+    assert "ld.global" in any_k[0]  # the scalar head and tail of odd k
