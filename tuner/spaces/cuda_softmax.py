@@ -23,6 +23,8 @@ order for rows of more than ``_SPLIT_SMEM_ROW_BYTES``, last for shorter ones and
 The grid split ("grid", "reg" mode, at most ``FEW_ROWS`` rows) spreads few long rows over every
 SM in one cooperative launch: parts CTAs per row (as many as are resident), each holding its
 share in registers, a grid-wide barrier between the (max, sum) exchange and the writes.
+The bulk-copy family ("bulk", "bulkp": sm_90 copy engine, clusters of up to 16 CTAs, a persistent
+double-buffered grid) has its own template and module, ``tuner.spaces.cuda_softmax_bulk``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,14 @@ from tuner.spaces.cuda_rows import (
     row_mappings,
     split_rank,
     widest_first,
+)
+from tuner.spaces.cuda_softmax_bulk import (
+    BULK_SMEM_BYTES,
+    BULK_TEMPLATE,
+    bulk_params,
+    bulk_rank,
+    is_bulk,
+    prune_bulk,
 )
 
 __all__ = [
@@ -156,9 +166,13 @@ class CudaSoftmaxSpace(VariantSpace):
                     "threads": threads,
                     "mode": "reg",
                 }
+        # last, so that the other variants keep their places in the enumeration
+        yield from bulk_params(dtype, arch)
 
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
         reason = prune_row_mapping(params, problem, layout)
+        if reason is None and is_bulk(params):
+            return prune_bulk(params, problem, dtype)
         if reason is not None or params["mode"] == "2pass":
             return reason
         k = int(getattr(problem, "k"))  # noqa: B009
@@ -193,11 +207,14 @@ class CudaSoftmaxSpace(VariantSpace):
         lose to a CTA per row when rows are many: a cluster reads its row in one burst, then
         waits on its peers, and few clusters fit.) Split rows in shared memory go after the
         one-CTA shared-memory rows where many rows are longer than ``_SPLIT_SMEM_ROW_BYTES``,
-        and last otherwise. The grid split (few rows only) goes first."""
+        and last otherwise. The grid split (few rows only) goes first. The bulk-copy family goes
+        where ``cuda_softmax_bulk.bulk_rank`` puts it."""
         m, k = int(getattr(problem, "m")), int(getattr(problem, "k"))  # noqa: B009
         long_rows = m > FEW_ROWS and k * ELEMENT_SIZE[dtype] > _SPLIT_SMEM_ROW_BYTES
 
         def rank(p: Params) -> tuple[int, int, int, int]:
+            if is_bulk(p):
+                return bulk_rank(p, m, long_rows)
             if p["strategy"] == "grid":  # few rows: before the clusters (they reach 8 SMs a row)
                 return 0, -1, 0, 0
             split = split_rank(p, m)
@@ -221,7 +238,16 @@ class CudaSoftmaxSpace(VariantSpace):
             f"_t{params['threads']}_{params['mode']}"
         )
 
+    def template_for(self, params: Params) -> str:
+        return BULK_TEMPLATE if is_bulk(params) else self.template
+
     def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
+        if is_bulk(params):
+            return {
+                **super().render_context(params, dtype, layout),
+                "ctype": CTYPES[dtype],
+                "smem_limit": BULK_SMEM_BYTES,
+            }
         reg = params["mode"] in REG_MODES
         return {
             **super().render_context(params, dtype, layout),
