@@ -17,6 +17,7 @@ from tests.tuner.cuda_helpers import require_toolchain
 from tuner.backends.cuda import CudaBackend, arch_flags
 from tuner.problems import SoftmaxProblem
 from tuner.render import render_variant
+from tuner.spaces import cuda_softmax_bulk
 from tuner.spaces.cuda_softmax import CudaSoftmaxSpace
 from tuner.spaces.cuda_softmax_bulk import (
     BULK_SMEM_BYTES,
@@ -142,6 +143,20 @@ def _order(m: int, k: int) -> list[str]:
     return [SPACE.name(p, "f16", "row") for p in SPACE.order(kept, problem, "f16", "row")]
 
 
+@pytest.fixture
+def leading(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The order the family takes once a device run has verified it."""
+    monkeypatch.setattr(cuda_softmax_bulk, "LEADS_ORDER", True)
+
+
+@pytest.mark.parametrize(("m", "k"), [(5341, 50257), (4, 256000), (1766, 151936)])
+def test_unverified_family_goes_last(m: int, k: int) -> None:
+    order = [n for n in _order(m, k) if "_p8_" in n]  # (the widest packs come first)
+    bulk = [i for i, n in enumerate(order) if n.endswith(("_bulk", "_bulkp"))]
+    assert bulk and min(bulk) == len(order) - len(bulk)
+
+
+@pytest.mark.usefixtures("leading")
 def test_order_many_long_rows_persistent_first_recorded_winner_kept_in_budget() -> None:
     order = _order(5341, 50257)
     assert order[:3] == [
@@ -161,12 +176,14 @@ def test_order_many_long_rows_persistent_first_recorded_winner_kept_in_budget() 
     )
 
 
+@pytest.mark.usefixtures("leading")
 def test_order_few_rows_clusters_right_after_the_grid_split() -> None:
     order = _order(4, 256000)
     assert order[:2] == ["softmax_f16_p8_grid_t256_reg", "softmax_f16_p8_grid_t512_reg"]
     assert order[2:8] == [f"softmax_f16_p8_c{c}_t{t}_bulk" for c in (16, 8, 4) for t in (256, 512)]
 
 
+@pytest.mark.usefixtures("leading")
 @pytest.mark.parametrize(("m", "k"), [(65536, 4096), (8388, 32000)])
 def test_order_short_rows_family_last_of_its_pack(m: int, k: int) -> None:
     order = [n for n in _order(m, k) if "_p8_" in n]  # (the widest packs come first)
