@@ -12,11 +12,12 @@ down to MFLOP/s or MB/s::
 
 The largest unit of a family is the one the engine stores: bandwidth stays in GB/s above
 1000 (the unit of the copy rates and vendor figures it is read against), compute in TFLOP/s.
-A unit outside these families is shown as it is.
+A unit outside these families, and zero, are shown as they are.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 __all__ = ["RATE_FAMILIES", "scale_rate", "axis_scale", "format_rate", "format_number"]
@@ -38,7 +39,7 @@ def _family(unit: str) -> tuple[tuple[str, float], ...] | None:
 def _unit_for(magnitude: float, unit: str) -> tuple[float, str]:
     """(factor from ``unit``, unit) for a value of ``magnitude`` in ``unit``."""
     family = _family(unit)
-    if family is None:
+    if family is None or magnitude == 0 or not math.isfinite(magnitude):
         return 1.0, unit
     size = dict(family)[unit]
     base = abs(magnitude) * size

@@ -74,7 +74,10 @@ class Page:
         return min(self.total, self.number * self.size)
 
     @classmethod
-    def of(cls, number: int, total: int, size: int = PAGE_SIZE) -> Page:
+    def of(cls, number: int, total: int, size: int | None = None) -> Page:
+        """Page ``number`` of ``total`` rows (past the last: the last), ``PAGE_SIZE`` rows
+        a page unless ``size`` says otherwise."""
+        size = size or PAGE_SIZE
         pages = max(1, math.ceil(total / size))
         return cls(min(max(1, number), pages), size, total)
 

@@ -17,16 +17,44 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
-from service.api.ui.svg import HEIGHT, LEFT, TOP, WIDTH, document, frame, winner_mark, ytick
-from tuner.units import format_number
+from service.api.ui.svg import (
+    HEIGHT,
+    LEFT,
+    TOP,
+    WIDTH,
+    document,
+    frame,
+    tick_text,
+    winner_mark,
+    ytick,
+)
 
 __all__ = ["Dot", "scatter_chart", "best_so_far_chart"]
 
-_RIGHT = 24
-_PLOT_W = WIDTH - LEFT - _RIGHT
-#: the failed candidates' strip sits above the plot, inside the top margin
-_TOP = TOP + 16
-_PLOT_H = HEIGHT - _TOP - 44
+
+@dataclass(frozen=True)
+class _Box:
+    """A chart's drawing size; the plot inside it. The failed candidates' strip sits above
+    the plot, inside the top margin."""
+
+    width: int
+    height: int
+    top: int = TOP + 16
+    right: int = 24
+    bottom: int = 44
+
+    @property
+    def plot_w(self) -> int:
+        return self.width - LEFT - self.right
+
+    @property
+    def plot_h(self) -> int:
+        return self.height - self.top - self.bottom
+
+
+#: the best-so-far chart is as wide as the job page's; a scatter, one of a grid, is smaller
+_WIDE = _Box(WIDTH, HEIGHT)
+_SMALL = _Box(440, 300)
 _COLOURS = {"ok": "#0072B2", "aborted": "#0072B2", "failed": "#B22222"}
 
 
@@ -45,7 +73,8 @@ class Dot:
 class _LogAxis:
     """A log10 time axis over [lo, hi] µs, with ticks at 1, 2 and 5 of each decade."""
 
-    def __init__(self, values: Sequence[float]) -> None:
+    def __init__(self, values: Sequence[float], box: _Box) -> None:
+        self.box = box
         lo, hi = min(values), max(values)
         self.lo = math.floor(math.log10(lo) * 4) / 4
         self.hi = math.ceil(math.log10(hi) * 4) / 4
@@ -54,7 +83,7 @@ class _LogAxis:
 
     def __call__(self, value: float) -> float:
         share = (math.log10(value) - self.lo) / (self.hi - self.lo)
-        return _TOP + _PLOT_H - share * _PLOT_H
+        return self.box.top + self.box.plot_h - share * self.box.plot_h
 
     def ticks(self) -> list[float]:
         found = []
@@ -67,8 +96,9 @@ class _LogAxis:
 
 
 def _parts(axis: _LogAxis, x_label: str) -> list[str]:
-    parts = [frame(x_label, "median µs (log scale)", _PLOT_W, _PLOT_H, _TOP)]
-    parts.extend(ytick(axis(value), escape(format_number(value))) for value in axis.ticks())
+    box = axis.box
+    parts = [frame(x_label, "median µs (log scale)", box.plot_w, box.plot_h, box.top, box.height)]
+    parts.extend(ytick(axis(value), escape(tick_text(value))) for value in axis.ticks())
     return parts
 
 
@@ -105,13 +135,13 @@ def scatter_chart(param: str, categories: Sequence[str], dots: Sequence[Dot]) ->
     dot's x its category's index; dots of one value spread across its band."""
     if not dots or _empty(dots):
         return Markup('<p class="empty">no timed candidate to plot</p>')
-    axis = _LogAxis([d.y for d in dots if d.y])
-    band = _PLOT_W / max(1, len(categories))
+    axis = _LogAxis([d.y for d in dots if d.y], _SMALL)
+    band = _SMALL.plot_w / max(1, len(categories))
     parts = _parts(axis, param)
     for index, text in enumerate(categories):
         centre = LEFT + band * (index + 0.5)
         parts.append(
-            f'<text class="tick" x="{centre:.1f}" y="{_TOP + _PLOT_H + 16}" '
+            f'<text class="tick" x="{centre:.1f}" y="{_SMALL.top + _SMALL.plot_h + 16}" '
             f'text-anchor="middle">{escape(text[:18])}</text>'
         )
     placed: list[tuple[Dot, float]] = []
@@ -125,7 +155,8 @@ def scatter_chart(param: str, categories: Sequence[str], dots: Sequence[Dot]) ->
     parts.extend(_dot_markup(dot, x, axis) for dot, x in placed)
     parts.append(_winner(placed, axis))
     attrs = f'data-param="{escape(param)}"'
-    return document(parts, HEIGHT, f"median time against {param}", "chart scatter", attrs)
+    title = f"median time against {param}"
+    return document(parts, _SMALL.height, title, "chart scatter", attrs, _SMALL.width)
 
 
 def best_so_far_chart(dots: Sequence[Dot], steps: Sequence[tuple[float, float]]) -> Markup:
@@ -133,17 +164,17 @@ def best_so_far_chart(dots: Sequence[Dot], steps: Sequence[tuple[float, float]])
     step down where a verified candidate beat every earlier one, flat to the last)."""
     if not dots or _empty(dots):
         return Markup('<p class="empty">no timed candidate to plot</p>')
-    axis = _LogAxis([d.y for d in dots if d.y])
+    axis = _LogAxis([d.y for d in dots if d.y], _WIDE)
     last = max(d.x for d in dots)
 
     def px(place: float) -> float:
-        return LEFT + (place - 0.5) / max(last, 1.0) * _PLOT_W
+        return LEFT + (place - 0.5) / max(last, 1.0) * _WIDE.plot_w
 
     parts = _parts(axis, "candidates tried, in the order they were measured")
     tick_step = max(1, math.ceil(last / 10))
     for place in range(1, int(last) + 1, tick_step):
         parts.append(
-            f'<text class="tick" x="{px(place):.1f}" y="{_TOP + _PLOT_H + 16}" '
+            f'<text class="tick" x="{px(place):.1f}" y="{_WIDE.top + _WIDE.plot_h + 16}" '
             f'text-anchor="middle">{place}</text>'
         )
     if steps:
@@ -153,7 +184,7 @@ def best_so_far_chart(dots: Sequence[Dot], steps: Sequence[tuple[float, float]])
                 coords.append(f"{px(place):.1f},{axis(steps[index - 1][1]):.1f}")
             coords.append(f"{px(place):.1f},{axis(best):.1f}")
         coords.append(f"{px(last):.1f},{axis(steps[-1][1]):.1f}")
-        hover = f"best so far: {format_number(steps[-1][1])} µs after {len(steps)} improvements"
+        hover = f"best so far: {steps[-1][1]:.3f} µs after {len(steps)} improvements"
         parts.append(
             f'<polyline class="best-so-far" data-steps="{len(steps)}" points="{" ".join(coords)}" '
             f'fill="none" stroke="#009E73" stroke-width="2.5"><title>{escape(hover)}</title>'

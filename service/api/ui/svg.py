@@ -39,6 +39,7 @@ __all__ = [
     "ytick",
     "document",
     "winner_mark",
+    "tick_text",
     "ABORTED_NOTE",
 ]
 
@@ -84,6 +85,11 @@ def nice_max(value: float) -> float:
         if value <= step * exponent:
             return step * exponent
     return 10 * exponent
+
+
+def tick_text(value: float) -> str:
+    """An axis tick: ``0``, ``2.5``, ``50``, ``1,000``."""
+    return f"{value:,.0f}" if value >= 1000 else f"{value:g}"
 
 
 def winner_mark(x: float, y: float, hover: str, key: str, css: str = "winner-mark") -> str:
@@ -132,7 +138,7 @@ def line_chart(
     parts = [frame(x_label, f"{y_label} {shown}", plot_w, plot_h)]
     for step in range(5):
         value = top * step / 4
-        parts.append(ytick(TOP + plot_h - value / top * plot_h, format_number(value)))
+        parts.append(ytick(TOP + plot_h - value / top * plot_h, tick_text(value)))
     for x in sorted(set(xs)):
         parts.append(
             f'<text class="tick" x="{px(x):.1f}" y="{TOP + plot_h + 16}" '
@@ -176,7 +182,7 @@ def line_chart(
             )
         )
     for w in winners:
-        parts.append(winner_mark(px(w.x), py(w.y), w.hover, format_number(w.x)))
+        parts.append(winner_mark(px(w.x), py(w.y), w.hover, f"{w.x:g}"))
     extra = len(series)
     if winners:
         y = TOP + 14 * extra + 6
@@ -225,11 +231,13 @@ def bar_chart(bars: Sequence[Bar], *, unit: str, title: str) -> Markup:
     return document(parts, height, title)
 
 
-def frame(x_label: str, y_label: str, plot_w: int, plot_h: int, top: int = TOP) -> str:
+def frame(
+    x_label: str, y_label: str, plot_w: int, plot_h: int, top: int = TOP, height: int = HEIGHT
+) -> str:
     return (
         f'<rect class="frame" x="{LEFT}" y="{top}" width="{plot_w}" height="{plot_h}" '
         f'fill="none" stroke="#bbb"/>'
-        f'<text class="axis-label" x="{LEFT + plot_w / 2:.0f}" y="{HEIGHT - 8}" '
+        f'<text class="axis-label" x="{LEFT + plot_w / 2:.0f}" y="{height - 8}" '
         f'text-anchor="middle">{escape(x_label)}</text>'
         f'<text class="axis-label" transform="translate(14 {top + plot_h / 2:.0f}) rotate(-90)" '
         f'text-anchor="middle">{escape(y_label)}</text>'
@@ -244,13 +252,18 @@ def ytick(y: float, text: str) -> str:
 
 
 def document(
-    parts: list[str], height: int, title: str, css: str = "chart", attrs: str = ""
+    parts: list[str],
+    height: int,
+    title: str,
+    css: str = "chart",
+    attrs: str = "",
+    width: int = WIDTH,
 ) -> Markup:
     """The ``<svg>``: its drawing size in ``viewBox``, its width the container's. ``attrs``
     (already escaped) are added to the element."""
     body = "".join(parts)
     return Markup(
         f'<svg class="{css}" {attrs} xmlns="http://www.w3.org/2000/svg" '
-        f'viewBox="0 0 {WIDTH} {height}" width="100%" preserveAspectRatio="xMinYMin meet" '
+        f'viewBox="0 0 {width} {height}" width="100%" preserveAspectRatio="xMinYMin meet" '
         f'role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>{body}</svg>'
     )
