@@ -304,8 +304,12 @@ def test_a_waiting_job_offline_docs_and_the_root(
 ) -> None:
     waiting = tuned.user.submit(
         JobCreate.model_validate(
-            {"op": "reduce", "dtype": "f32", "problems": [{"m": 64, "k": 512, "kind": "sum"}],
-             "device": {"backend": "cuda", "name": "H200"}}
+            {
+                "op": "reduce",
+                "dtype": "f32",
+                "problems": [{"m": 64, "k": 512, "kind": "sum"}],
+                "device": {"backend": "cuda", "name": "H200"},
+            }
         )  # fmt: skip
     )
     try:

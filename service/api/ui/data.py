@@ -187,17 +187,19 @@ def best_rows(
         )
     if device:
         filters.append(BestConfig.device_id.in_(_device_ids(session, device)))
-    keys = session.execute(
-        select(
-            BestConfig.id,
-            BestConfig.op,
-            BestConfig.dtype,
-            BestConfig.layout,
-            BestConfig.problem_key,
-            BestConfig.device_id,
-        ).where(*filters)
-    ).all()
-    keys.sort(key=lambda r: (r[1], r[2], r[3], natural_key(r[4]), r[5], r[0]))
+    keys = sorted(
+        session.execute(
+            select(
+                BestConfig.id,
+                BestConfig.op,
+                BestConfig.dtype,
+                BestConfig.layout,
+                BestConfig.problem_key,
+                BestConfig.device_id,
+            ).where(*filters)
+        ).all(),
+        key=lambda r: (r[1], r[2], r[3], natural_key(r[4]), r[5], r[0]),
+    )
     shown = Page.of(page, len(keys))
     ids = [r[0] for r in shown.window(keys)]
     rows = session.execute(
@@ -222,10 +224,14 @@ def client_best_rows(
 ) -> tuple[list[dict[str, Any]], Page]:
     """One page of client-measured winners, filtered by device key in SQL, by op and key."""
     filters = [ClientBestConfig.device_id.in_(_device_ids(session, device))] if device else []
-    keys = session.execute(
-        select(ClientBestConfig.id, ClientBestConfig.op, ClientBestConfig.key_text).where(*filters)
-    ).all()
-    keys.sort(key=lambda r: (r[1], natural_key(r[2]), r[0]))
+    keys = sorted(
+        session.execute(
+            select(ClientBestConfig.id, ClientBestConfig.op, ClientBestConfig.key_text).where(
+                *filters
+            )
+        ).all(),
+        key=lambda r: (r[1], natural_key(r[2]), r[0]),
+    )
     shown = Page.of(page, len(keys))
     ids = [r[0] for r in shown.window(keys)]
     query = (

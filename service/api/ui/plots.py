@@ -172,10 +172,10 @@ def best_so_far_chart(dots: Sequence[Dot], steps: Sequence[tuple[float, float]])
 
     parts = _parts(axis, "candidates tried, in the order they were measured")
     tick_step = max(1, math.ceil(last / 10))
-    for place in range(1, int(last) + 1, tick_step):
+    for tick in range(1, int(last) + 1, tick_step):
         parts.append(
-            f'<text class="tick" x="{px(place):.1f}" y="{_WIDE.top + _WIDE.plot_h + 16}" '
-            f'text-anchor="middle">{place}</text>'
+            f'<text class="tick" x="{px(tick):.1f}" y="{_WIDE.top + _WIDE.plot_h + 16}" '
+            f'text-anchor="middle">{tick}</text>'
         )
     if steps:
         coords = []
