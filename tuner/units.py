@@ -63,11 +63,13 @@ def axis_scale(values: Iterable[float], unit: str) -> tuple[float, str]:
 
 
 def format_number(value: float) -> str:
-    """Three significant digits or more: ``4,117``, ``52.3``, ``1.25``, ``0.0123``."""
+    """Three significant digits or more: ``4,117``, ``52.3``, ``2.80``, ``0.0123``."""
     if abs(value) >= 100:
         return f"{value:,.0f}"
     if abs(value) >= 10:
         return f"{value:.1f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
     return f"{value:.3g}"
 
 

@@ -129,7 +129,7 @@ def test_rates_are_shown_in_the_unit_of_their_magnitude(api: Any) -> None:
 
 
 def test_headers_read_as_words_and_suspect_is_explained(api: Any) -> None:
-    suspect = api.measurement("reduce_p4", 10.0, suspect=True)
+    suspect = api.measurement("reduce_p4", 10.0, suspect=True, provenance={"host": {"cores": 2}})
     job = api.tune([suspect, api.measurement("reduce_p8", 12.0)])
     text = page(api, f"/ui/jobs/{job['id']}")
     assert "{&#39;" not in text and "{'" not in text  # no Python dict anywhere
@@ -139,7 +139,9 @@ def test_headers_read_as_words_and_suspect_is_explained(api: Any) -> None:
     assert 'id="suspect-legend"' in text and "Interference only slows a run down" in text
     measurements = api.client.get("/v1/measurements", params={"job_id": job["id"]}).json()
     flagged = next(m for m in measurements["measurements"] if m["suspect"])
-    assert 'id="suspect-legend"' in page(api, f"/ui/measurements/{flagged['id']}")
+    text = page(api, f"/ui/measurements/{flagged['id']}")
+    assert 'id="suspect-legend"' in text
+    assert '<code>{"cores": 2}</code>' in text and "{&#39;" not in text  # JSON, not Python
     assert "90% of a core" in SUSPECT_TEXT and "hardware power brake" in SUSPECT_TEXT
 
 

@@ -33,4 +33,6 @@ def test_an_axis_takes_the_unit_of_its_largest_value_and_text_keeps_three_digits
     assert format_rate(4117.0, "GB/s") == "4,117 GB/s"
     assert format_rate(0.0523, "TFLOP/s") == "52.3 GFLOP/s"
     assert format_rate(0.00123, "TFLOP/s") == "1.23 GFLOP/s"
+    assert format_rate(2.8, "GB/s") == "2.80 GB/s"
+    assert format_rate(0.5, "MB/s") == "0.5 MB/s"
     assert format_rate(None, "GB/s") == "–"
