@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from service.api import ui
 from service.api.errors import SafeJSONResponse, install_error_handlers
@@ -68,7 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         signal.close()
         engine.dispose()
 
-    app = FastAPI(
+    # /docs and /redoc with their assets served from the package, not a CDN: they work offline
+    app = FastAPIOffline(
         title="tunehub",
         version=API_VERSION,
         description="Kernel autotuning service: jobs, leases, measurements and best configs.",
@@ -102,6 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
     install_metrics(app)
     app.include_router(ui.router)
+    app.include_router(ui.root_router)
     app.mount("/ui/static", ui.static_files(), name="ui-static")
     install_openapi(app, settings)
     return app

@@ -26,6 +26,7 @@ from service.client import TunehubClient
 from service.schemas.common import FINISHED_STATUSES
 from service.schemas.configs import BestConfigOut, MeasurementOut
 from service.schemas.jobs import JobOut, JobSummary, ProblemStatus
+from tuner.units import scale_rate
 
 __all__ = [
     "watch_job",
@@ -46,13 +47,12 @@ def format_us(value: Any) -> str:
 
 
 def format_throughput(value: Any, unit: Any) -> str:
-    """``value unit`` with one decimal; compute rates under 1 TFLOP/s (CPU GEMM and conv2d)
-    in GFLOP/s, so that they do not print as 0.0."""
+    """``value unit`` with one decimal, in the unit of its magnitude (tuner.units: a CPU
+    GEMM in GFLOP/s, so that it does not print as 0.0 TFLOP/s)."""
     if not isinstance(value, int | float):
         return "-"
-    if unit == "TFLOP/s" and abs(value) < 1.0:
-        value, unit = value * 1e3, "GFLOP/s"
-    return f"{value:,.1f} {unit or ''}".rstrip()
+    value, unit = scale_rate(float(value), str(unit or ""))
+    return f"{value:,.1f} {unit}".rstrip()
 
 
 #: characters of a job id the progress line shows (the whole id is printed when submitted)

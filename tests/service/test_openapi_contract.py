@@ -247,6 +247,8 @@ def test_the_ui_routes_under_the_same_schemathesis_run(
         "/ui/jobs/{job_id}",
         "/ui/best",
         "/ui/measurements/{measurement_id}",
+        "/ui/jobs/{job_id}/problems/{task_id}",
+        "/ui/compare",
     } <= set(document["paths"])
     schema = schemathesis.openapi.from_dict(document, config=_config(token))
     schema.app = app

@@ -5,10 +5,13 @@ family is named by the params that do not vary with the problem (a param whose v
 for one variant id across problems is derived from the shape, so it cannot name a line), and
 of those the ones in LINE_AXES when any is present (pack x strategy for the CUDA row kernels,
 pack x algo for CPU softmax, pack for CPU reduce); each point is the family's best variant at
-that K (the other params, e.g. threads, are chosen per K like the tuner does).
+that K (the other params, e.g. threads, are chosen per K like the tuner does). A variant whose
+timing stopped early as slower (``aborted_slow``) has a partial median: it counts for its
+family's point as well, drawn hollow, so a family whose best was stopped early shows no false
+dip. The winner of each K is marked.
 
-Compute ops (gemm, conv2d): TFLOP/s of every verified variant per shape, the winner marked,
-vendor baselines beside it when a benchmark file has them.
+Compute ops (gemm, conv2d): TFLOP/s of every timed variant per shape, the winner marked,
+aborted variants hollow, vendor baselines beside it when a benchmark file has them.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from service.api.ui.svg import Bar, Series
+from service.api.ui.labels import problem_label
+from service.api.ui.svg import ABORTED_NOTE, Bar, Point, Series
+from tuner.units import format_rate
 
 __all__ = [
     "BANDWIDTH_OPS",
@@ -25,21 +30,25 @@ __all__ = [
     "problem_varying_params",
     "line_params",
     "bandwidth_series",
+    "winner_points",
     "shape_bars",
     "problem_label",
+    "TIMED_OUTCOMES",
 ]
 
 BANDWIDTH_OPS = frozenset({"reduce", "softmax", "rms_norm"})
 #: params that name a line of the bandwidth plot, when a family has them
 LINE_AXES = ("pack", "strategy", "algo")
+#: outcomes with a time: verified, and stopped early as slower (a partial median)
+TIMED_OUTCOMES = ("ok", "aborted_slow")
 
 
-def problem_label(problem: Mapping[str, Any]) -> str:
-    return ",".join(f"{k}={v}" for k, v in problem.items())
+def _timed(measurements: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [m for m in measurements if m["outcome"] in TIMED_OUTCOMES and m.get("throughput")]
 
 
-def _verified(measurements: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [m for m in measurements if m["outcome"] == "ok" and m.get("throughput")]
+def _kind(m: Mapping[str, Any]) -> str:
+    return "ok" if m["outcome"] == "ok" else "aborted"
 
 
 def problem_varying_params(measurements: Sequence[Mapping[str, Any]]) -> set[str]:
@@ -62,10 +71,10 @@ def bandwidth_series(
     measurements: Sequence[Mapping[str, Any]], x_dim: str = "k"
 ) -> tuple[list[Series], list[str]]:
     """Lines of best throughput against ``x_dim``, and the params that name the lines."""
-    verified = [m for m in _verified(measurements) if isinstance(m["problem"].get(x_dim), int)]
-    names = line_params(verified)
+    timed = [m for m in _timed(measurements) if isinstance(m["problem"].get(x_dim), int)]
+    names = line_params(timed)
     best: dict[tuple[str, ...], dict[int, Mapping[str, Any]]] = defaultdict(dict)
-    for m in verified:
+    for m in timed:
         label = tuple(f"{n}={m['params'].get(n, '-')}" for n in names)
         x = m["problem"][x_dim]
         current = best[label].get(x)
@@ -73,16 +82,28 @@ def bandwidth_series(
             best[label][x] = m
     series = []
     for label in sorted(best):
-        points = [
-            (
-                float(x),
-                float(m["throughput"]),
-                f"{m['variant_name']} at {x_dim}={x}: {m['throughput']:.1f} {m['throughput_unit']}",
-            )  # fmt: skip
-            for x, m in best[label].items()
-        ]
+        points = []
+        for x, m in best[label].items():
+            hover = f"{m['variant_name']} at {x_dim}={x}: " + format_rate(
+                m["throughput"], m["throughput_unit"]
+            )
+            if _kind(m) == "aborted":
+                hover += f" ({ABORTED_NOTE})"
+            points.append(Point(float(x), float(m["throughput"]), hover, _kind(m)))
         series.append(Series(" ".join(label) or "all", points))
     return series, names
+
+
+def winner_points(problems: Sequence[Mapping[str, Any]], x_dim: str = "k") -> list[Point]:
+    """The winner of each problem at its ``x_dim``, for the line chart's markers."""
+    points = []
+    for p in problems:
+        winner, x = p.get("winner"), p["problem"].get(x_dim)
+        if winner and winner.get("throughput") and isinstance(x, int) and x > 0:
+            rate = format_rate(winner["throughput"], winner["throughput_unit"])
+            hover = f"winner at {x_dim}={x}: {winner['variant_name']}, {rate}"
+            points.append(Point(float(x), float(winner["throughput"]), hover))
+    return points
 
 
 def shape_bars(
@@ -90,24 +111,23 @@ def shape_bars(
     winners: Mapping[str, str],
     baselines: Mapping[str, tuple[dict[str, float], str]],
 ) -> list[tuple[str, list[Bar], str]]:
-    """Per problem (label): a bar per verified variant (the winner marked) and per vendor
-    baseline; the unit. ``winners`` maps problem label to the winning variant id and
-    ``baselines`` problem label to (figures, unit)."""
+    """Per problem (label): a bar per timed variant (the winner marked, aborted ones hollow)
+    and per vendor baseline; the unit. ``winners`` maps problem label to the winning variant
+    id and ``baselines`` problem label to (figures, unit)."""
     by_problem: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
-    for m in _verified(measurements):
+    for m in _timed(measurements):
         by_problem[problem_label(m["problem"])].append(m)
     charts = []
     for label, rows in by_problem.items():
         unit = rows[0]["throughput_unit"]
-        bars = [
-            Bar(
-                m["variant_name"],
-                float(m["throughput"]),
-                "winner" if winners.get(label) == m["variant_id"] else "variant",
-                "(winner)" if winners.get(label) == m["variant_id"] else "",
-            )
-            for m in rows
-        ]
+        bars = []
+        for m in rows:
+            if _kind(m) == "aborted":
+                bars.append(Bar(m["variant_name"], float(m["throughput"]), "aborted", ABORTED_NOTE))
+            elif winners.get(label) == m["variant_id"]:
+                bars.append(Bar(m["variant_name"], float(m["throughput"]), "winner", "(winner)"))
+            else:
+                bars.append(Bar(m["variant_name"], float(m["throughput"])))
         figures, figure_unit = baselines.get(label, ({}, ""))
         if figures and figure_unit == unit:
             bars += [Bar(f"vendor: {name}", value, "baseline") for name, value in figures.items()]
