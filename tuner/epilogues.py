@@ -6,7 +6,8 @@ the float32 reference every backend verifies against.
 
 ``acc`` is the plain product (gemm C[m, n], conv2d y[n, p, q, k]); ``bias`` has one value per
 output column (gemm: n, conv2d: k), stored in the problem's dtype and handed to a kernel as
-its third input, after a/b (x/w). GELU is the exact (erf) form, as ``torch.nn.GELU()``.
+its third input, after a/b (x/w); ``tuner.reference.apply_epilogue`` computes it. GELU is the
+exact (erf) form, as ``torch.nn.GELU()``.
 
 gated_silu is gemm only: W holds the gate half in its first n/2 columns and the up half in the
 last n/2 (``torch.cat([W_gate, W_up])`` of the two [n/2, k] weights, as vLLM's merged
@@ -20,11 +21,8 @@ unfused variant keeps its params, name and id). :func:`params_epilogue` reads it
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal, get_args
-
-import numpy as np
 
 __all__ = [
     "Epilogue",
@@ -38,7 +36,6 @@ __all__ = [
     "params_epilogue",
     "with_epilogues",
     "output_columns",
-    "apply_epilogue",
     "name_suffix",
 ]
 
@@ -92,34 +89,3 @@ def name_suffix(params: dict[str, Any]) -> str:
     """``_bias_relu`` etc. for a fused variant's procedural name; empty when unfused."""
     epilogue = params_epilogue(params)
     return "" if epilogue == NONE else f"_{epilogue}"
-
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    # numpy has no erf: vectorize math.erf (the reference is not timed)
-    return np.vectorize(math.erf, otypes=[np.float64])(x)
-
-
-def _activate(x: np.ndarray, activation: str) -> np.ndarray:
-    if activation == "relu":
-        return np.maximum(x, 0.0)
-    if activation == "gelu":
-        return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
-    if activation == "silu":
-        return x / (1.0 + np.exp(-x))
-    return x
-
-
-def apply_epilogue(acc: np.ndarray, bias: np.ndarray | None, epilogue: str) -> np.ndarray:
-    """The float32 output of ``epilogue`` on the product ``acc`` (last dim: output columns of
-    the product) and the float32 ``bias`` (one per product column)."""
-    if epilogue == NONE:
-        return acc
-    if bias is None:
-        raise ValueError(f"epilogue {epilogue} needs a bias")
-    x = acc.astype(np.float64) + bias.astype(np.float64)
-    if epilogue == "gated_silu":
-        half = x.shape[-1] // 2
-        out = _activate(x[..., :half], "silu") * x[..., half:]
-    else:
-        out = _activate(x, activation_of(epilogue))
-    return out.astype(np.float32)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tuner.abi import RMS_NORM_EPS
-from tuner.epilogues import NONE, apply_epilogue
+from tuner.epilogues import NONE, activation_of
 from tuner.problems import (
     Conv2dProblem,
     GemmProblem,
@@ -31,6 +31,7 @@ __all__ = [
     "make_inputs",
     "reference",
     "rms_norm_reference",
+    "apply_epilogue",
     "Verdict",
     "tolerance",
     "verify",
@@ -123,6 +124,37 @@ def reference(
             from_storage(inputs["x"], dtype), from_storage(inputs["w"], dtype), RMS_NORM_EPS
         )
     raise TypeError(f"no reference for {type(problem).__name__}")
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    # numpy has no erf: vectorize math.erf (the reference is not timed)
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+def _activate(x: np.ndarray, activation: str) -> np.ndarray:
+    if activation == "relu":
+        return np.maximum(x, 0.0)
+    if activation == "gelu":
+        return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+    if activation == "silu":
+        return x / (1.0 + np.exp(-x))
+    return x
+
+
+def apply_epilogue(acc: np.ndarray, bias: np.ndarray | None, epilogue: str) -> np.ndarray:
+    """The float32 output of ``epilogue`` on the product ``acc`` (last dim: output columns of
+    the product) and the float32 ``bias`` (one per product column)."""
+    if epilogue == NONE:
+        return acc
+    if bias is None:
+        raise ValueError(f"epilogue {epilogue} needs a bias")
+    x = acc.astype(np.float64) + bias.astype(np.float64)
+    if epilogue == "gated_silu":
+        half = x.shape[-1] // 2
+        out = _activate(x[..., :half], "silu") * x[..., half:]
+    else:
+        out = _activate(x, activation_of(epilogue))
+    return out.astype(np.float32)
 
 
 def _epilogue(

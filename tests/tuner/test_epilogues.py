@@ -12,10 +12,10 @@ import pytest
 from tests.tuner.cpu_helpers import module_backend
 from tuner.backends.cpu import CpuBackend
 from tuner.engine import candidate_params, tune
-from tuner.epilogues import CONV2D_EPILOGUES, EPILOGUES, GEMM_EPILOGUES, apply_epilogue
+from tuner.epilogues import CONV2D_EPILOGUES, EPILOGUES, GEMM_EPILOGUES
 from tuner.errors import InvalidRequestError
 from tuner.problems import Conv2dProblem, GemmProblem, problem_from_dict
-from tuner.reference import from_storage, make_inputs, reference
+from tuner.reference import apply_epilogue, from_storage, make_inputs, reference
 from tuner.spaces.cpu_conv2d import CpuConv2dSpace
 from tuner.spaces.cpu_gemm import CpuGemmSpace
 from tuner.types import Budget, Outcome, TuneRequest
