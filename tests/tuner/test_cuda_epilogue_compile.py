@@ -12,11 +12,12 @@ import pytest
 from tests.tuner.cuda_helpers import require_toolchain
 from tuner.backends.cuda import CudaBackend
 from tuner.cutlass_paths import cutlass_include_dirs
-from tuner.problems import GemmProblem
+from tuner.problems import Conv2dProblem, GemmProblem
 from tuner.render import template_environment
+from tuner.spaces.cuda_conv2d import CudaConv2dSpace
 from tuner.spaces.cuda_gemm import CudaGemmSpace
 from tuner.types import EngineConfig
-from tuner.vendor_paths import cublas_paths
+from tuner.vendor_paths import cublas_paths, cudnn_paths
 
 LT_ALGO = {"algo": 66, "tile": 18, "stages": 35, "splitk": 1, "reduction": 0, "swizzle": 0,
            "custom": 0, "inner_shape": 0, "cluster_shape": 2}  # fmt: skip
@@ -132,3 +133,52 @@ def test_fused_cutlass_sm90_variant_compiles(tmp_path: Path, epilogue: str, sche
     variant = backend.render(SPACE, params, "f16", "rcr", "sm_90")
     result = backend.build([variant])[variant.id]
     assert result.ok and result.artifact, f"{variant.name}:\n{result.log[-4000:]}"
+
+
+# ---- conv2d through cuDNN's fused graph ----------------------------------------------------
+DNN_CONFIG = {"engine": 41, "knobs": {"2": 7, "14": 4, "27": 1}, "source": "heur_a"}
+#: sha256[:16] of the plain cuDNN discovery build and engine config (f16), as before epilogues
+DNN_PLAIN_SOURCES = ("a358510b8ce20d14", "365466dfbbeb2943")
+
+
+def _conv_source(space: CudaConv2dSpace, params: dict, dtype: str) -> str:
+    template = template_environment().get_template(space.template_for(params))
+    return template.render(**space.render_context(params, dtype, "nhwc"))
+
+
+def test_conv2d_plain_cudnn_sources_stay_and_fused_discovery_follows_the_problem() -> None:
+    space = CudaConv2dSpace()
+    engine = space.from_discovery([DNN_CONFIG])[0]
+    for params, digest in zip((space.discovery_params, engine), DNN_PLAIN_SOURCES, strict=True):
+        source = _conv_source(space, params, "f16")
+        assert hashlib.sha256(source.encode()).hexdigest()[:16] == digest
+    problem = Conv2dProblem(32, 56, 56, 64, 64, 3, 3, 1, 1, 1, epilogue="bias_relu")
+    (fused,) = space.discoveries(problem)  # cuDNN's fused graph only
+    found = space.from_discovery([DNN_CONFIG], fused)[0]
+    assert found["epilogue"] == "bias_relu" and found["library"] == "cudnn"
+    assert space.discovered_reason(found, "f16", "nhwc", "sm_90") is None
+    assert space.prune(found, problem, "f16", "nhwc") is None
+    assert space.name(found, "f16", "nhwc").endswith("_bias_relu")
+    source = _conv_source(space, found, "f16")
+    assert "CUDNN_POINTWISE_RELU_FWD" in source and "kUidBias" in source
+
+
+@pytest.mark.nvcc
+def test_fused_cudnn_conv2d_variants_compile(tmp_path: Path) -> None:
+    require_toolchain(cudnn_paths)
+    space = CudaConv2dSpace()
+    backend = CudaBackend(
+        EngineConfig(cache_dir=str(tmp_path), compile_workers=2, compile_timeout_s=600)
+    )
+    engine = space.from_discovery([DNN_CONFIG])[0]
+    wanted = [
+        ({**space.discovery_params, "epilogue": "bias_relu"}, "f16"),
+        ({**engine, "epilogue": "bias_gelu"}, "bf16"),
+        ({**engine, "epilogue": "bias"}, "f16"),
+        ({**engine, "epilogue": "bias_silu"}, "f16"),
+    ]
+    variants = [backend.render(space, p, dtype, "nhwc", "sm_90") for p, dtype in wanted]
+    results = backend.build(variants)
+    for variant in variants:
+        result = results[variant.id]
+        assert result.ok and result.artifact, f"{variant.name}:\n{result.log[-4000:]}"
