@@ -76,7 +76,7 @@ def _shapes(problem: Problem, layout: str) -> tuple[list[tuple[int, ...]], tuple
         return ([a, b] if problem.epilogue == NONE else [a, b, (n,)]), out, 1.0
     if isinstance(problem, Conv2dProblem):
         p = problem
-        shapes = [(p.n, p.h, p.w, p.c), (p.k, p.r, p.s, p.c)]
+        shapes: list[tuple[int, ...]] = [(p.n, p.h, p.w, p.c), (p.k, p.r, p.s, p.c)]
         if p.epilogue != NONE:
             shapes.append((p.k,))  # the bias, one per output channel
         return shapes, (p.n, p.p, p.q, p.k), 1.0
