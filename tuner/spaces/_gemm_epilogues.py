@@ -4,8 +4,9 @@ fused variants of :class:`tuner.spaces.cuda_gemm.CudaGemmSpace`.
 - ``cublaslt``: CUBLASLT_EPILOGUE_BIAS, RELU_BIAS and GELU_BIAS (GELU there is the tanh
   approximation). cuBLASLt has no SiLU epilogue, so bias_silu and gated_silu are left to the
   other families. Its fused algorithms are discovered like the plain ones, with the epilogue
-  on the matmul descriptor (the discovery build carries it).
-- ``sm90_fused`` (CUTLASS 3.x sm90, ``gemm_sm90_fused.cu.j2``): an epilogue visitor tree,
+  on the matmul descriptor (the discovery build carries it); a SiLU problem runs no cuBLASLt
+  discovery.
+- ``sm90`` (CUTLASS 3.x, fused variants render ``gemm_sm90_fused.cu.j2``): an epilogue visitor tree,
   LinearCombination + per-column bias + activation (relu, gelu, silu). gated_silu does not
   fit a tile epilogue: its gate and up columns lie n/2 apart, in different tiles.
 - ``skinny`` and ``swapab`` (decode, m <= 64): every epilogue, in registers before the one

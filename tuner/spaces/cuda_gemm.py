@@ -326,12 +326,13 @@ class CudaGemmSpace(VendorDiscoverySpace):
         return super().discovered_reason(plain, dtype, layout, arch)
 
     def discoveries(self, problem: Problem) -> list[Discovery]:
-        """The cuBLASLt discovery, with the problem's epilogue on the descriptor when cuBLASLt
-        fuses it (its algorithms differ); otherwise the plain one (whose algorithms are not
-        candidates of a fused problem: the engine keeps the problem's epilogue only)."""
+        """The cuBLASLt discovery, with the problem's epilogue on the descriptor (its
+        algorithms differ); none for an epilogue cuBLASLt cannot fuse (SiLU, gated_silu)."""
         epilogue = problem_epilogue(problem)
-        if epilogue not in LT_EPILOGUES:
+        if epilogue == NONE:
             return super().discoveries(problem)
+        if epilogue not in LT_EPILOGUES:
+            return []
         params = {**self.discovery_params, "epilogue": epilogue}
         return [Discovery(params, self.discovery_library, self.requested_algos)]
 
