@@ -12,8 +12,9 @@ import pytest
 
 from service.agent import WorkerAgent
 from service.cli import main
+from service.cli.output import best_answer_lines
 from service.client import ApiError, TunehubClient
-from service.schemas.configs import ConfigQuery
+from service.schemas.configs import BestConfigOut, ConfigQuery
 from service.schemas.jobs import JobCreate
 from service.settings import get_settings
 from tests.service.test_end_to_end import LiveServer, engine_config, live_server  # noqa: F401
@@ -140,3 +141,36 @@ def test_a_fused_problem_tunes_on_the_cpu_and_its_answer_says_what_was_fused(
     with pytest.raises(ApiError) as err:
         user.best_config(ConfigQuery(op=op, dtype=dtype, problem=plain, backend="cpu"))
     assert err.value.status == 404
+
+
+def test_tunehub_best_prints_what_was_fused_and_by_whom() -> None:
+    def answer(params: dict[str, Any]) -> BestConfigOut:
+        return BestConfigOut.model_validate(
+            {
+                "op": "gemm",
+                "dtype": "f16",
+                "layout": "rcr",
+                "problem": {"m": 8, "n": 4096, "k": 4096, "epilogue": "bias_silu"},
+                "tuned_problem": {"m": 8, "n": 4096, "k": 4096, "epilogue": "bias_silu"},
+                "exact": True,
+                "distance": 0.0,
+                "variant_id": "sha-a",
+                "variant_name": "gemm_f16_rcr_swapab_m8_t1_w8_u8_s4_bias_silu",
+                "params": params,
+                "median_us": 30.0,
+                "p20_us": 29.0,
+                "p80_us": 31.0,
+                "throughput": 9.0,
+                "throughput_unit": "TFLOP/s",
+                "device": {"backend": "cuda", "name": "NVIDIA H200"},
+                "toolchain": {},
+                "measured_at": "2026-12-05T00:00:00Z",
+            }
+        )
+
+    fused = {"library": "tunehub", "family": "swapab", "epilogue": "bias_silu"}
+    lines = best_answer_lines(answer(fused))
+    (line,) = [x for x in lines if x.strip().startswith("fused")]
+    assert "bias_silu" in line and "tunehub" in line
+    plain = best_answer_lines(answer({"library": "tunehub", "family": "swapab"}))
+    assert not any(x.strip().startswith("fused") for x in plain)
