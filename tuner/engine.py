@@ -30,8 +30,10 @@ from typing import Protocol
 from tuner import winner
 from tuner.backends.base import Backend
 from tuner.capabilities import Capabilities
+from tuner.epilogues import params_epilogue
 from tuner.errors import InvalidRequestError, NoVariantsError
 from tuner.feed import BatchFeed, StreamFeed
+from tuner.problems import problem_epilogue
 from tuner.registry import load_space, load_strategy_class
 from tuner.remeasure import confirm_contenders, settle_suspects
 from tuner.spaces.base import Params, VariantSpace
@@ -80,7 +82,11 @@ def candidate_params(
     kept: list[Params] = []
     pruned: list[tuple[Params, str]] = []
     enumerated = space.enumerate(request.dtype, request.layout, arch)
+    # a space lists each fused family once per epilogue: only the problem's are candidates
+    epilogue = problem_epilogue(request.problem)
     for params in [*discovered, *(p for p in enumerated if p not in discovered)]:
+        if params_epilogue(params) != epilogue:
+            continue
         reason = space.prune(params, request.problem, request.dtype, request.layout)
         if reason is None:
             kept.append(params)

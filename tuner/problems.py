@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args
 
+from tuner.epilogues import EPILOGUES_OF_OP, NONE, output_columns
 from tuner.errors import InvalidRequestError
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "RmsNormProblem",
     "problem_from_dict",
     "PROBLEM_TYPES",
+    "problem_epilogue",
 ]
 
 Op = Literal["gemm", "conv2d", "reduce", "softmax", "rms_norm"]
@@ -130,9 +132,24 @@ class GemmProblem(Problem):
     m: int
     n: int
     k: int
+    #: the fused epilogue (``tuner.epilogues``); left out of ``dims()`` and the key when none
+    epilogue: str = NONE
+
+    def __post_init__(self) -> None:
+        _check_epilogue(self)
+        super().__post_init__()
+        if self.epilogue == "gated_silu" and self.n % 2:
+            raise InvalidRequestError(
+                "n", f"gated_silu splits n into gate and up halves: n must be even, got {self.n}"
+            )
+
+    def dims(self) -> dict[str, Any]:
+        return _without_none_epilogue(super().dims())
 
     def operand_sizes(self) -> dict[str, int]:
-        return {"a": self.m * self.k, "b": self.k * self.n, "c": self.m * self.n}
+        c = self.m * output_columns(self.epilogue, self.n)
+        sizes = {"a": self.m * self.k, "b": self.k * self.n, "c": c}
+        return sizes if self.epilogue == NONE else {**sizes, "bias": self.n}
 
     def flops(self) -> float:
         return 2.0 * self.m * self.n * self.k
@@ -165,12 +182,18 @@ class Conv2dProblem(Problem):
     stride: int = 1
     pad: int = 0
     dilation: int = 1
+    #: the fused epilogue (``tuner.epilogues``); left out of ``dims()`` and the key when none
+    epilogue: str = NONE
 
     @staticmethod
     def _minimum(name: str) -> int:
         return 0 if name == "pad" else 1
 
+    def dims(self) -> dict[str, Any]:
+        return _without_none_epilogue(super().dims())
+
     def __post_init__(self) -> None:
+        _check_epilogue(self)
         super().__post_init__()
         if self.p < 1 or self.q < 1:
             raise InvalidRequestError(
@@ -188,11 +211,12 @@ class Conv2dProblem(Problem):
     def operand_sizes(self) -> dict[str, int]:
         # p/q may be <1 before validation finishes; clamp so the size check runs first
         p, q = max(self.p, 0), max(self.q, 0)
-        return {
+        sizes = {
             "x": self.n * self.h * self.w * self.c,
             "w": self.k * self.r * self.s * self.c,
             "y": self.n * p * q * self.k,
         }
+        return sizes if self.epilogue == NONE else {**sizes, "bias": self.k}
 
     def flops(self) -> float:
         return 2.0 * self.n * self.p * self.q * self.k * self.r * self.s * self.c
@@ -255,6 +279,27 @@ class RmsNormProblem(Problem):
         (1e-4 and up); a tolerance grown with k would pass a kernel that drops one lane's
         share of the sum (a single f32 chain over 2^20 squares is 2e-4 off: not accepted)."""
         return 1
+
+
+def _check_epilogue(problem: Problem) -> None:
+    epilogue = getattr(problem, "epilogue", NONE)
+    allowed = EPILOGUES_OF_OP[problem.op]
+    if not isinstance(epilogue, str) or epilogue not in allowed:
+        raise InvalidRequestError(
+            "epilogue", f"{problem.op} takes one of {allowed}, not {epilogue!r}"
+        )
+
+
+def _without_none_epilogue(dims: dict[str, Any]) -> dict[str, Any]:
+    # an unfused problem keeps the dims, key and ids it had before epilogues existed
+    if dims.get("epilogue") == NONE:
+        del dims["epilogue"]
+    return dims
+
+
+def problem_epilogue(problem: Problem) -> str:
+    """The epilogue ``problem`` fuses (``none`` for ops without one)."""
+    return str(getattr(problem, "epilogue", NONE))
 
 
 PROBLEM_TYPES: dict[str, type[Problem]] = {

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tuner.abi import RMS_NORM_EPS
+from tuner.epilogues import NONE, activation_of
 from tuner.problems import (
     Conv2dProblem,
     GemmProblem,
@@ -30,6 +31,7 @@ __all__ = [
     "make_inputs",
     "reference",
     "rms_norm_reference",
+    "apply_epilogue",
     "Verdict",
     "tolerance",
     "verify",
@@ -78,10 +80,13 @@ def make_inputs(
         m, n, k = problem.m, problem.n, problem.k
         a = uniform(m, k) if layout[0] == "r" else uniform(k, m)
         b = uniform(k, n) if layout[1] == "r" else uniform(n, k)
-        return {"a": a, "b": b}
+        if problem.epilogue == NONE:
+            return {"a": a, "b": b}
+        return {"a": a, "b": b, "bias": uniform(n)}  # a fused epilogue's third input
     if isinstance(problem, Conv2dProblem):
         p = problem
-        return {"x": uniform(p.n, p.h, p.w, p.c), "w": uniform(p.k, p.r, p.s, p.c)}
+        x, w = uniform(p.n, p.h, p.w, p.c), uniform(p.k, p.r, p.s, p.c)
+        return {"x": x, "w": w} if p.epilogue == NONE else {"x": x, "w": w, "bias": uniform(p.k)}
     if isinstance(problem, ReduceProblem | SoftmaxProblem):
         return {"x": uniform(problem.m, problem.k, scale=4.0)}
     if isinstance(problem, RmsNormProblem):
@@ -98,11 +103,12 @@ def reference(
         b = from_storage(inputs["b"], dtype)
         a = a if layout[0] == "r" else a.T
         b = b if layout[1] == "r" else b.T
-        return a @ b
+        return _epilogue(a @ b, problem.epilogue, inputs, dtype)
     if isinstance(problem, Conv2dProblem):
-        return _conv2d_nhwc(
+        y = _conv2d_nhwc(
             problem, from_storage(inputs["x"], dtype), from_storage(inputs["w"], dtype)
         )
+        return _epilogue(y, problem.epilogue, inputs, dtype)
     if isinstance(problem, ReduceProblem):
         x = from_storage(inputs["x"], dtype)
         if problem.kind == "max":
@@ -118,6 +124,45 @@ def reference(
             from_storage(inputs["x"], dtype), from_storage(inputs["w"], dtype), RMS_NORM_EPS
         )
     raise TypeError(f"no reference for {type(problem).__name__}")
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    # numpy has no erf: vectorize math.erf (the reference is not timed)
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+def _activate(x: np.ndarray, activation: str) -> np.ndarray:
+    if activation == "relu":
+        return np.maximum(x, 0.0)
+    if activation == "gelu":
+        return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+    if activation == "silu":
+        return x / (1.0 + np.exp(-x))
+    return x
+
+
+def apply_epilogue(acc: np.ndarray, bias: np.ndarray | None, epilogue: str) -> np.ndarray:
+    """The float32 output of ``epilogue`` on the product ``acc`` (last dim: output columns of
+    the product) and the float32 ``bias`` (one per product column)."""
+    if epilogue == NONE:
+        return acc
+    if bias is None:
+        raise ValueError(f"epilogue {epilogue} needs a bias")
+    x = acc.astype(np.float64) + bias.astype(np.float64)
+    if epilogue == "gated_silu":
+        half = x.shape[-1] // 2
+        out = _activate(x[..., :half], "silu") * x[..., half:]
+    else:
+        out = _activate(x, activation_of(epilogue))
+    return out.astype(np.float32)
+
+
+def _epilogue(
+    acc: np.ndarray, epilogue: str, inputs: dict[str, np.ndarray], dtype: str
+) -> np.ndarray:
+    if epilogue == NONE:
+        return acc
+    return apply_epilogue(acc, from_storage(inputs["bias"], dtype), epilogue)
 
 
 def rms_norm_reference(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:

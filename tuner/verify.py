@@ -18,8 +18,9 @@ import json
 from functools import lru_cache
 from typing import Any
 
+from tuner.epilogues import params_epilogue
 from tuner.errors import InvalidRequestError
-from tuner.problems import Problem
+from tuner.problems import Problem, problem_epilogue
 from tuner.registry import load_space
 from tuner.spaces.base import Params, VariantSpace
 
@@ -72,6 +73,11 @@ def variant_rejection(
                 f"({discovered})"
             )
         known = params
+    if params_epilogue(known) != problem_epilogue(problem):
+        return (
+            f"variant fuses epilogue {params_epilogue(known)!r}, "
+            f"the problem asks {problem_epilogue(problem)!r}"
+        )
     expected = space.name(known, dtype, layout)
     if name != expected:
         return f"variant name {name!r} does not match its params (expected {expected!r})"

@@ -29,6 +29,7 @@ from service.api.deps import require_read, require_read_async
 from service.schemas.client_results import CLIENT_KEY_SCHEMA
 from service.schemas.common import JSON_OBJECT_MARK, TEXT_PATTERN
 from service.settings import Settings
+from tuner.epilogues import EPILOGUES
 from tuner.problems import MAX_DIM, PROBLEM_TYPES, ReduceKind
 
 __all__ = ["install_openapi", "allowed_methods", "api_routes", "ERROR_SCHEMA"]
@@ -75,6 +76,16 @@ def _dim_parameters() -> list[dict[str, Any]]:
             "required": False,
             "description": "reduce only",
             "schema": {"type": "string", "enum": list(get_args(ReduceKind))},
+        }
+    )
+    parameters.append(
+        {
+            "name": "epilogue",
+            "in": "query",
+            "required": False,
+            "description": "gemm and conv2d: the fused epilogue (none when left out; "
+            "gated_silu is gemm only)",
+            "schema": {"type": "string", "enum": list(EPILOGUES)},
         }
     )
     return parameters

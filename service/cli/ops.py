@@ -282,6 +282,13 @@ def _tune_group(
 _REQUIRED = inspect.Parameter.empty
 _KindOpt = Annotated[str, typer.Option(help="sum, max or mean.")]
 _LayoutOpt = Annotated[str, typer.Option(help="rcr, rrr, crr or ccr.")]
+_EpilogueOpt = Annotated[
+    str,
+    typer.Option(
+        help="Fused after the product: none, bias, bias_relu, bias_gelu, bias_silu, or (gemm "
+        "only) gated_silu, which halves n: silu(gate half + bias) * (up half + bias)."
+    ),
+]
 
 #: each op's own options, in the order --help lists them: (name, annotation, default); all
 #: are dims of the problem except ``layout``
@@ -294,12 +301,14 @@ _OP_OPTIONS: dict[str, tuple[tuple[str, Any, Any], ...]] = {
         ("n", DimOpt, _REQUIRED),
         ("k", DimOpt, _REQUIRED),
         ("layout", _LayoutOpt, "rcr"),
+        ("epilogue", _EpilogueOpt, "none"),
     ),
     "conv2d": (
         *((dim, DimOpt, _REQUIRED) for dim in ("n", "h", "w", "c", "k", "r", "s")),
         ("stride", DimOpt, 1),
         ("pad", DimOpt, 0),
         ("dilation", DimOpt, 1),
+        ("epilogue", _EpilogueOpt, "none"),
     ),
 }
 #: the layout of an op without a --layout option (None: the op has no layouts)

@@ -304,6 +304,11 @@ def best_answer_lines(answer: BestConfigOut) -> list[str]:
         f"best config ({how})",
         f"  variant     [bold]{escape(answer.variant_name)}[/bold]",
         *([f"  library     [bold]{escape(str(library))}[/bold]"] if library else []),
+        *(
+            [f"  fused       {escape(str(fused))} (in the {escape(str(library))} kernel)"]
+            if (fused := answer.params.get("epilogue"))
+            else []
+        ),
         f"  params      {escape(str(answer.params))}",
         f"  median      {format_us(answer.median_us)} us{whose}",
         "  throughput  " + format_throughput(answer.throughput, answer.throughput_unit) + whose,

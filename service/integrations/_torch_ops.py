@@ -99,6 +99,18 @@ def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
+# -- the seam for fused linear ops (issue 26, item 4; docs/epilogues.md) --------------------------
+# A fused ``linear`` (bias + relu/gelu/silu, or the MLP's gated_silu) goes here, beside
+# linear_kernel, as one more ``tunehub::linear_<epilogue>`` entry of _DEFINITIONS. The tuned
+# kernels exist (problems with ``epilogue``, tuner/epilogues.py: the bias is the kernel's third
+# input, gated_silu's output has n/2 columns); what this library still lacks is the epilogue in
+# its shape key: ``_torch_runtime.problem_of`` builds the gemm problem from the ABI dims alone,
+# so RUNTIME.entry would resolve the *unfused* answer. The change: key entries by (op, epilogue,
+# layout, dtype, dims, device), pass ``{**problem, "epilogue": e}`` to the lookup and the
+# recorder, launch with (a, weight, bias), and a fake kernel of n (n/2 for gated_silu) columns.
+# Until then ``linear`` above adds the bias after the tuned product, as it always did.
+
+
 def matmul_kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     m, k = a.shape
     n = b.shape[1]

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from service.schemas.text import TEXT_PATTERN, check_text
+from tuner.epilogues import EPILOGUES_OF_OP
 from tuner.problems import MAX_DIM, PROBLEM_TYPES, DType, Op, ReduceKind
 from tuner.registry import BackendName, StrategyName
 from tuner.types import Objective
@@ -161,6 +162,8 @@ def _problem_schema() -> dict[str, Any]:
         }
         if op == "reduce":
             properties["kind"] = {"type": "string", "enum": list(get_args(ReduceKind))}
+        if op in EPILOGUES_OF_OP:
+            properties["epilogue"] = {"type": "string", "enum": list(EPILOGUES_OF_OP[op])}
         required = [name for name in properties if fields[name].default is dataclasses.MISSING]
         shapes.append(
             {

@@ -20,9 +20,12 @@ ABI_SYMBOLS = ("tunehub_can_run", "tunehub_workspace_bytes", "tunehub_run", "tun
 
 
 def _cutlass(space, dtype: str, layout: str, arch: str) -> list:
-    """The space's CUTLASS params (the gemm space also holds the skinny family)."""
+    """The space's plain CUTLASS params (the gemm space also holds the skinny family, and
+    fused variants: tests/tuner/test_cuda_epilogue_compile.py covers those)."""
     return [
-        p for p in space.enumerate(dtype, layout, arch) if p.get("family") in ("sm90", "sm80", None)
+        p
+        for p in space.enumerate(dtype, layout, arch)
+        if p.get("family") in ("sm90", "sm80", None) and "epilogue" not in p
     ]
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from tuner.abi import RMS_NORM_EPS, abi_dims
+from tuner.epilogues import NONE, activation_of, output_columns
 from tuner.problems import (
     Conv2dProblem,
     GemmProblem,
@@ -30,6 +31,7 @@ __all__ = [
     "Workload",
     "build_workload",
     "rms_norm_reference",
+    "apply_epilogue",
     "verify_output",
     "time_launches",
     "TimingRun",
@@ -70,10 +72,14 @@ def _shapes(problem: Problem, layout: str) -> tuple[list[tuple[int, ...]], tuple
         m, n, k = problem.m, problem.n, problem.k
         a = (m, k) if layout[0] == "r" else (k, m)
         b = (k, n) if layout[1] == "r" else (n, k)
-        return [a, b], (m, n), 1.0
+        out = (m, output_columns(problem.epilogue, n))
+        return ([a, b] if problem.epilogue == NONE else [a, b, (n,)]), out, 1.0
     if isinstance(problem, Conv2dProblem):
         p = problem
-        return [(p.n, p.h, p.w, p.c), (p.k, p.r, p.s, p.c)], (p.n, p.p, p.q, p.k), 1.0
+        shapes: list[tuple[int, ...]] = [(p.n, p.h, p.w, p.c), (p.k, p.r, p.s, p.c)]
+        if p.epilogue != NONE:
+            shapes.append((p.k,))  # the bias, one per output channel
+        return shapes, (p.n, p.p, p.q, p.k), 1.0
     if isinstance(problem, ReduceProblem):
         return [(problem.m, problem.k)], (problem.m,), 4.0
     if isinstance(problem, SoftmaxProblem):
@@ -83,19 +89,38 @@ def _shapes(problem: Problem, layout: str) -> tuple[list[tuple[int, ...]], tuple
     raise TypeError(f"no workload for {type(problem).__name__}")
 
 
+def apply_epilogue(acc: torch.Tensor, bias: torch.Tensor, epilogue: str) -> torch.Tensor:
+    """``tuner.reference.apply_epilogue`` in torch: float32 ``acc`` (last dim: the product's
+    columns) and ``bias``; GELU exact (erf), gated_silu: silu(gate half) * up half."""
+    x = acc + bias.float()
+    if epilogue == "gated_silu":
+        half = x.shape[-1] // 2
+        return torch.nn.functional.silu(x[..., :half]) * x[..., half:]
+    activation = activation_of(epilogue)
+    if activation == "relu":
+        return torch.relu(x)
+    if activation == "gelu":
+        return torch.nn.functional.gelu(x)
+    if activation == "silu":
+        return torch.nn.functional.silu(x)
+    return x
+
+
 def _reference(problem: Problem, layout: str, inputs: list[torch.Tensor]) -> torch.Tensor:
     if isinstance(problem, GemmProblem):
-        a, b = (t.float() for t in inputs)
+        a, b = (t.float() for t in inputs[:2])
         a = a if layout[0] == "r" else a.t()
         b = b if layout[1] == "r" else b.t()
-        return a @ b
+        acc = a @ b
+        return acc if problem.epilogue == NONE else apply_epilogue(acc, inputs[2], problem.epilogue)
     if isinstance(problem, Conv2dProblem):
         x = inputs[0].float().permute(0, 3, 1, 2)
         w = inputs[1].float().permute(0, 3, 1, 2)
         y = torch.nn.functional.conv2d(
             x, w, stride=problem.stride, padding=problem.pad, dilation=problem.dilation
         )
-        return y.permute(0, 2, 3, 1).contiguous()
+        y = y.permute(0, 2, 3, 1).contiguous()
+        return y if problem.epilogue == NONE else apply_epilogue(y, inputs[2], problem.epilogue)
     x = inputs[0].float()
     if isinstance(problem, RmsNormProblem):
         return rms_norm_reference(x, inputs[1].float(), RMS_NORM_EPS)

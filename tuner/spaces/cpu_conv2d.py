@@ -13,6 +13,14 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+from tuner.epilogues import (
+    CONV2D_EPILOGUES,
+    NONE,
+    activation_of,
+    name_suffix,
+    params_epilogue,
+    with_epilogues,
+)
 from tuner.problems import Conv2dProblem, Problem
 from tuner.spaces.base import Params, VariantSpace
 from tuner.spaces.cpu_common import STORAGE_TYPES, check_dtype_layout
@@ -41,7 +49,17 @@ class CpuConv2dSpace(VariantSpace):
     backend = "cpu"
     template = "cpu/conv2d.cpp.j2"
 
+    #: the template of a variant with a fused epilogue (the plain one plus bias + activation)
+    fused_template = "cpu/conv2d_fused.cpp.j2"
+
     def enumerate(self, dtype: str, layout: str, arch: str) -> Iterator[Params]:
+        """Every plain variant, then each once per fused epilogue (``tuner.epilogues``)."""
+        return with_epilogues(self._plain(dtype, layout, arch), CONV2D_EPILOGUES)
+
+    def template_for(self, params: Params) -> str:
+        return self.template if params_epilogue(params) == NONE else self.fused_template
+
+    def _plain(self, dtype: str, layout: str, arch: str) -> Iterator[Params]:
         check_dtype_layout(self.op, dtype, layout, ("nhwc",))
         for bk, bc in itertools.product(K_BLOCKS, C_BLOCKS):
             yield {"algo": "implicit", "bk": bk, "bc": bc, "tm": pixel_tile(bk)}
@@ -64,8 +82,10 @@ class CpuConv2dSpace(VariantSpace):
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
         if params["algo"] == "implicit":
-            return f"conv2d_{dtype}_{layout}_implicit_bk{params['bk']}_bc{params['bc']}"
-        return f"conv2d_{dtype}_{layout}_direct_vc{params['vc']}_uk{params['uk']}"
+            name = f"conv2d_{dtype}_{layout}_implicit_bk{params['bk']}_bc{params['bc']}"
+        else:
+            name = f"conv2d_{dtype}_{layout}_direct_vc{params['vc']}_uk{params['uk']}"
+        return name + name_suffix(params)
 
     def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
         check_dtype_layout(self.op, dtype, layout, ("nhwc",))
@@ -83,6 +103,11 @@ class CpuConv2dSpace(VariantSpace):
             context.update(bk=int(params["bk"]), bc=int(params["bc"]), tm=int(params["tm"]))
         else:
             context.update(vc=int(params["vc"]), uk=int(params["uk"]))
+        epilogue = params_epilogue(params)
+        if epilogue != NONE:  # a plain variant's context (and source) stays as it was
+            if epilogue not in CONV2D_EPILOGUES:
+                raise ValueError(f"unknown epilogue {epilogue!r}")
+            context.update(epilogue=epilogue, activation=activation_of(epilogue))
         return context
 
     def flags(self, params: Params, arch: str) -> tuple[str, ...]:

@@ -12,6 +12,14 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+from tuner.epilogues import (
+    GEMM_EPILOGUES,
+    NONE,
+    activation_of,
+    name_suffix,
+    params_epilogue,
+    with_epilogues,
+)
 from tuner.problems import GemmProblem, Problem
 from tuner.spaces.base import Params, VariantSpace
 from tuner.spaces.cpu_common import STORAGE_TYPES, check_dtype_layout
@@ -39,6 +47,20 @@ UNPACKED_TILES: tuple[tuple[int, int], ...] = ((4, 8), (6, 16), (8, 16))
 UNPACKED_MC, UNPACKED_KC = 96, 256
 
 
+def _epilogue_context(params: Params) -> dict[str, Any]:
+    """What a fused template reads (nothing for a plain variant: its source stays the same)."""
+    epilogue = params_epilogue(params)
+    if epilogue == NONE:
+        return {}
+    if epilogue not in GEMM_EPILOGUES:
+        raise ValueError(f"unknown epilogue {epilogue!r}")
+    return {
+        "epilogue": epilogue,
+        "activation": activation_of(epilogue),
+        "gated": epilogue == "gated_silu",
+    }
+
+
 def _tile_fits(mr: int, nr: int, arch: str) -> bool:
     return "avx512" in arch or mr * nr <= MAX_TILE_FLOATS_AVX2
 
@@ -54,7 +76,17 @@ class CpuGemmSpace(VariantSpace):
     backend = "cpu"
     template = "cpu/gemm.cpp.j2"
 
+    #: the template of a variant with a fused epilogue (the plain one plus bias + activation)
+    fused_template = "cpu/gemm_fused.cpp.j2"
+
     def enumerate(self, dtype: str, layout: str, arch: str) -> Iterator[Params]:
+        """Every plain variant, then each once per fused epilogue (``tuner.epilogues``)."""
+        return with_epilogues(self._plain(dtype, layout, arch), GEMM_EPILOGUES)
+
+    def template_for(self, params: Params) -> str:
+        return self.template if params_epilogue(params) == NONE else self.fused_template
+
+    def _plain(self, dtype: str, layout: str, arch: str) -> Iterator[Params]:
         check_dtype_layout(self.op, dtype, layout, GEMM_LAYOUTS)
         for (mr, nr), kc, mc in itertools.product(REGISTER_TILES, KC_BLOCKS, MC_BLOCKS):
             if mc % mr or NC_BLOCK % nr or not _tile_fits(mr, nr, arch):
@@ -89,12 +121,12 @@ class CpuGemmSpace(VariantSpace):
     def name(self, params: Params, dtype: str, layout: str) -> str:
         base = f"gemm_{dtype}_{layout}_mr{params['mr']}_nr{params['nr']}"
         if params["packed"]:
-            return f"{base}_mc{params['mc']}_kc{params['kc']}_packed"
-        return f"{base}_kc{params['kc']}_inplace"
+            return f"{base}_mc{params['mc']}_kc{params['kc']}_packed{name_suffix(params)}"
+        return f"{base}_kc{params['kc']}_inplace{name_suffix(params)}"
 
     def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
         check_dtype_layout(self.op, dtype, layout, GEMM_LAYOUTS)
-        return {
+        context = {
             "mr": int(params["mr"]),
             "nr": int(params["nr"]),
             "mc": int(params["mc"]),
@@ -108,6 +140,7 @@ class CpuGemmSpace(VariantSpace):
             "storage_type": STORAGE_TYPES[dtype],
             "name": self.name(params, dtype, layout),
         }
+        return {**context, **_epilogue_context(params)}
 
     def flags(self, params: Params, arch: str) -> tuple[str, ...]:
         # fuse multiply-adds even under -std=c++17 (ISO mode turns contraction off)

@@ -35,8 +35,9 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from tuner.epilogues import CONV2D_EPILOGUES, NONE, activation_of, name_suffix, params_epilogue
 from tuner.errors import InvalidRequestError
-from tuner.problems import Conv2dProblem, Problem
+from tuner.problems import Conv2dProblem, Problem, problem_epilogue
 from tuner.spaces import cuda_conv2d_cublaslt as convlt
 from tuner.spaces import cuda_conv2d_cudnn as dnn
 from tuner.spaces import cuda_gemm_cublaslt as lt
@@ -161,7 +162,13 @@ class CudaConv2dSpace(VendorDiscoverySpace):
         return ordered
 
     def discoveries(self, problem: Problem) -> list[Discovery]:
-        """cuDNN's build; for a layer that is a plain GEMM, cuBLASLt's after it."""
+        """cuDNN's build; for a layer that is a plain GEMM, cuBLASLt's after it. A fused
+        problem: cuDNN's build of the fused graph alone (``tuner.epilogues``; the CUTLASS and
+        cuBLASLt conv families fuse nothing)."""
+        epilogue = problem_epilogue(problem)
+        if epilogue != NONE:
+            params = {**self.discovery_params, "epilogue": epilogue}
+            return [Discovery(params, self.discovery_library, self.requested_algos)]
         found = super().discoveries(problem)
         if convlt.unsupported_reason(problem) is None:
             found.append(convlt.discovery())
@@ -172,11 +179,17 @@ class CudaConv2dSpace(VendorDiscoverySpace):
     ) -> list[Params]:
         if discovery is not None and discovery.params == convlt.DISCOVERY_PARAMS:
             return [{"library": convlt.LIBRARY, **p} for p in lt.params_from_discovery(found)]
-        return super().from_discovery(found, discovery)
+        plain = super().from_discovery(found, discovery)
+        epilogue = params_epilogue(discovery.params) if discovery is not None else NONE
+        return plain if epilogue == NONE else [{**p, "epilogue": epilogue} for p in plain]
 
     def discovered_reason(self, params: Params, dtype: str, layout: str, arch: str) -> str | None:
         if params.get("library") != convlt.LIBRARY:
-            return super().discovered_reason(params, dtype, layout, arch)
+            epilogue = params_epilogue(params)
+            if epilogue not in CONV2D_EPILOGUES:
+                return f"unknown conv2d epilogue {epilogue!r}"
+            plain = {k: v for k, v in params.items() if k != "epilogue"}
+            return super().discovered_reason(plain, dtype, layout, arch)
         self.enumerate(dtype, layout, arch)  # InvalidRequestError for a dtype/layout/arch it lacks
         return lt.invalid_reason({k: v for k, v in params.items() if k != "library"})
 
@@ -191,6 +204,8 @@ class CudaConv2dSpace(VendorDiscoverySpace):
 
     def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
         context = super().render_context(params, dtype, layout)
+        epilogue = params_epilogue(params)  # the cuDNN template reads it; the others do not
+        context.update(epilogue=epilogue, activation=activation_of(epilogue))
         if params["family"] == dnn.FAMILY:
             context["knob_pairs"] = dnn.knobs(params)
         if params["family"] in (convlt.FAMILY, convlt.DISCOVERY_FAMILY):
@@ -205,7 +220,9 @@ class CudaConv2dSpace(VendorDiscoverySpace):
             return reason if reason is not None else convlt.unsupported_reason(problem)
         if params.get("family") in (dnn.FAMILY, "sm90"):
             if params["family"] == dnn.FAMILY:
-                reason = dnn.invalid_reason({k: v for k, v in params.items() if k != "library"})
+                reason = dnn.invalid_reason(
+                    {k: v for k, v in params.items() if k not in ("library", "epilogue")}
+                )
                 if reason is not None:
                     return reason
             # 16-byte aligned channel rows (cuDNN's tensor descriptors, TMA's strides)
@@ -272,7 +289,7 @@ class CudaConv2dSpace(VendorDiscoverySpace):
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
         if params.get("family") in (dnn.FAMILY, dnn.DISCOVERY_FAMILY):
-            return dnn.name(params, dtype, layout)
+            return dnn.name(params, dtype, layout) + name_suffix(params)
         if params.get("family") in (convlt.FAMILY, convlt.DISCOVERY_FAMILY):
             return convlt.name(params, dtype, layout)
         if params["family"] == "sm90":

@@ -35,8 +35,9 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from tuner.epilogues import NONE, name_suffix, params_epilogue
 from tuner.errors import InvalidRequestError
-from tuner.problems import GemmProblem, Problem
+from tuner.problems import GemmProblem, Problem, problem_epilogue
 from tuner.spaces import cuda_gemm_cublaslt as lt
 from tuner.spaces import cuda_gemm_skinny as skinny
 from tuner.spaces import cuda_gemm_swapab as swapab
@@ -47,8 +48,9 @@ from tuner.spaces._cutlass_common import (
     sm80_class_smem_bytes,
     sm_number,
 )
+from tuner.spaces._gemm_epilogues import LT_EPILOGUES, epilogue_context, fused_params
 from tuner.spaces._sm90_gemm_estimate import estimate_sm90_seconds
-from tuner.spaces._vendor_discovery import VendorDiscoverySpace
+from tuner.spaces._vendor_discovery import Discovery, VendorDiscoverySpace
 from tuner.spaces.base import Params
 
 __all__ = ["CudaGemmSpace", "DEFAULT_MAX_VARIANTS", "SM90_SEEDS", "LIBRARIES"]
@@ -272,6 +274,8 @@ class CudaGemmSpace(VendorDiscoverySpace):
     backend = "cuda"
     template = "cuda/gemm_sm90.cu.j2"
     sm80_template = "cuda/gemm_sm80.cu.j2"
+    #: sm_90 variants with a fused epilogue (``tuner.spaces._gemm_epilogues``)
+    sm90_fused_template = "cuda/gemm_sm90_fused.cu.j2"
     #: the build that finds the cuBLASLt algorithms of a shape (the backend runs it)
     discovery_params: Params = lt.DISCOVERY_PARAMS
     #: how many algorithms discovery asks the vendor heuristic for
@@ -289,9 +293,13 @@ class CudaGemmSpace(VendorDiscoverySpace):
             )
         sm = sm_number(arch)
         if sm == 90:
-            return iter(_sm90_params() + _tunehub_params())
-        if sm in (80, 86, 87, 89):
-            return iter(_sm80_params(sm) + _tunehub_params())
+            plain = _sm90_params() + _tunehub_params()
+        elif sm in (80, 86, 87, 89):
+            plain = _sm80_params(sm) + _tunehub_params()
+        else:
+            plain = []
+        if plain:  # the plain variants, then each family's fused ones per epilogue
+            return iter(plain + fused_params(plain))
         raise InvalidRequestError("device.arch", f"no CUTLASS gemm templates for {arch} (sm_80-90)")
 
     def template_for(self, params: Params) -> str:
@@ -302,14 +310,47 @@ class CudaGemmSpace(VendorDiscoverySpace):
             return skinny.TEMPLATE
         if family == swapab.FAMILY:
             return swapab.TEMPLATE
+        if family == "sm90" and params_epilogue(params) != NONE:
+            return self.sm90_fused_template
         return self.template if family == "sm90" else self.sm80_template
+
+    def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
+        # every gemm template reads the epilogue (a plain variant's source does not change)
+        return {**super().render_context(params, dtype, layout), **epilogue_context(params)}
+
+    def discovered_reason(self, params: Params, dtype: str, layout: str, arch: str) -> str | None:
+        epilogue = params_epilogue(params)
+        if epilogue != NONE and epilogue not in LT_EPILOGUES:
+            return f"cuBLASLt fuses {LT_EPILOGUES}, not {epilogue!r}"
+        plain = {k: v for k, v in params.items() if k != "epilogue"}
+        return super().discovered_reason(plain, dtype, layout, arch)
+
+    def discoveries(self, problem: Problem) -> list[Discovery]:
+        """The cuBLASLt discovery, with the problem's epilogue on the descriptor (its
+        algorithms differ); none for an epilogue cuBLASLt cannot fuse (SiLU, gated_silu)."""
+        epilogue = problem_epilogue(problem)
+        if epilogue == NONE:
+            return super().discoveries(problem)
+        if epilogue not in LT_EPILOGUES:
+            return []
+        params = {**self.discovery_params, "epilogue": epilogue}
+        return [Discovery(params, self.discovery_library, self.requested_algos)]
+
+    def from_discovery(
+        self, found: list[dict[str, Any]], discovery: Discovery | None = None
+    ) -> list[Params]:
+        plain = super().from_discovery(found, discovery)
+        epilogue = params_epilogue(discovery.params) if discovery is not None else NONE
+        return plain if epilogue == NONE else [{**p, "epilogue": epilogue} for p in plain]
 
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
         if not isinstance(problem, GemmProblem):
             return "not a gemm problem"
         family = params.get("family")
         if family == lt.FAMILY:
-            return lt.invalid_reason({k: v for k, v in params.items() if k != "library"})
+            return lt.invalid_reason(
+                {k: v for k, v in params.items() if k not in ("library", "epilogue")}
+            )
         if family == skinny.FAMILY:
             return skinny.prune(params, problem, layout)
         if family == swapab.FAMILY:
@@ -378,6 +419,9 @@ class CudaGemmSpace(VendorDiscoverySpace):
         return [candidates[i] for i in sorted(range(len(candidates)), key=key)]
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
+        return self._plain_name(params, dtype, layout) + name_suffix(params)
+
+    def _plain_name(self, params: Params, dtype: str, layout: str) -> str:
         if params["family"] in (lt.FAMILY, lt.DISCOVERY_FAMILY):
             return lt.name(params, dtype, layout)
         if params["family"] == skinny.FAMILY:
