@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, status
@@ -14,7 +13,9 @@ from service.errors import InvalidInput, NotFound
 from service.schemas.common import JobStatus, Op
 from service.schemas.jobs import JobCreate, JobList, JobOut
 from service.settings import Settings
-from service.store.models import ApiToken, Job, Task
+from service.store.jobs import parse_problems
+from service.store.jobs import submit_job as submit
+from service.store.models import ApiToken, Job
 from service.store.queue import (
     cancel_job,
     live_worker_devices,
@@ -22,13 +23,12 @@ from service.store.queue import (
     worker_live_seconds,
 )
 from service.store.tokens import check_job_owner
-from service.store.validation import parse_problem, usable_id
+from service.store.validation import usable_id
 from service.store.views import job_dict
 from tuner.capabilities import capabilities_of
 
 __all__ = ["router"]
 
-log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
@@ -58,40 +58,13 @@ def submit_job(
 ) -> dict[str, Any]:
     """Queue a tuning job: one task per problem. Nothing is stored when any field is bad.
     The token that submits the job owns it: only it (or an admin) may cancel it."""
-    problems = [
-        parse_problem(body.op, fields, ["body", "problems", index])
-        for index, fields in enumerate(body.problems)
-    ]
+    problems = parse_problems(body)
     if body.objective == "energy" and not capabilities_of(body.device.backend).measures_energy:
         raise InvalidInput(
             ["body", "objective"],
             f"the {body.device.backend} backend has no energy counter; use objective 'time'",
         )
-    assert body.layout is not None
-    selector = body.device.model_dump(exclude_none=True)
-    job = Job(
-        op=body.op,
-        dtype=body.dtype,
-        layout=body.layout,
-        device=selector,
-        backend=body.device.backend,
-        strategy=body.strategy,
-        budget=body.budget.model_dump(),
-        objective=body.objective,
-        seed=body.seed,
-        confirm=body.confirm or settings.confirm,
-        token_id=token.id,
-    )
-    session.add(job)
-    session.flush()
-    for position, problem in enumerate(problems):
-        session.add(
-            Task(
-                job_id=job.id, position=position, problem=problem.dims(), problem_key=problem.key()
-            )
-        )
-    session.commit()
-    log.info("job %s: %s %s %s, %d problems", job.id, job.op, job.dtype, job.layout, len(problems))
+    job = submit(session, body, problems, token, confirm=settings.confirm)
     return _with_waiting(session, settings, [job], with_problems=True)[0]
 
 
