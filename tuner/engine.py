@@ -73,12 +73,18 @@ class TuneObserver(Protocol):
 
 
 def candidate_params(
-    request: TuneRequest, arch: str, backend_name: str, discovered: Sequence[Params] = ()
+    request: TuneRequest,
+    arch: str,
+    backend_name: str,
+    discovered: Sequence[Params] = (),
+    *,
+    space: VariantSpace | None = None,
 ) -> tuple[list[Params], list[tuple[Params, str]]]:
     """The space for the request split into (runnable candidates, [(pruned, reason)]);
     ``discovered``: params the backend found on the device for this problem (vendor
-    algorithms), pruned and ordered with the rest."""
-    space = load_space(request.op, backend_name)
+    algorithms), pruned and ordered with the rest. ``space``: the request's space when the
+    caller loaded it already (else it is loaded here)."""
+    space = space if space is not None else load_space(request.op, backend_name)
     kept: list[Params] = []
     pruned: list[tuple[Params, str]] = []
     enumerated = space.enumerate(request.dtype, request.layout, arch)
@@ -193,8 +199,12 @@ def tune(
     config: EngineConfig,
     observer: TuneObserver | None = None,
     should_stop: Callable[[], bool] | None = None,
+    *,
+    space: VariantSpace | None = None,
 ) -> ProblemResult:
-    """Tune one problem on the backend's device and return every candidate's result."""
+    """Tune one problem on the backend's device and return every candidate's result.
+    ``space``: the request's variant space when the caller loaded it already (a worker loads
+    it once per task); else it is loaded here, once."""
     capabilities = getattr(backend, "capabilities", Capabilities())  # doubles may lack it
     if request.objective == "energy" and not capabilities.measures_energy:
         raise InvalidRequestError(
@@ -202,9 +212,11 @@ def tune(
         )
     started = time.monotonic()
     device = backend.device()
-    space = load_space(request.op, backend.name)
+    space = space if space is not None else load_space(request.op, backend.name)
     discovered = backend.discover(request, device.arch)
-    candidates, pruned = candidate_params(request, device.arch, backend.name, discovered)
+    candidates, pruned = candidate_params(
+        request, device.arch, backend.name, discovered, space=space
+    )
     if not candidates:
         reasons = sorted({reason for _, reason in pruned})[:3]
         raise NoVariantsError(f"every variant was pruned for {request.problem.key()}: {reasons}")
