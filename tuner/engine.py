@@ -113,24 +113,17 @@ def decide_winner(
     objective: Objective = "time",
     incumbents: Collection[str] = (),
 ) -> winner.Decision[BenchResult]:
-    """The engine's side of :func:`tuner.winner.decide`: the verified winner of ``results``
-    and its tie set, by time (confirmation rounds, else medians) or, under objective
-    ``energy``, by joules per launch (among results that carry one)."""
-    if objective == "energy":
-        return winner.decide(
-            [r for r in results if r.timing is not None],
-            median=lambda r: r.energy_j,
-            name=lambda r: r.variant_name,
-            ok=lambda r: r.ok,
-            tie_band=tie_band,
-        )
-    return winner.decide(
+    """The engine's side of :func:`tuner.winner.decide_for` over its results: the verified
+    winner of ``results`` and its tie set, by time (confirmation rounds, else medians) or,
+    under objective ``energy``, by joules per launch (among results that carry one)."""
+    return winner.decide_for(
         results,
-        median=lambda r: r.timing.median_us if r.timing else None,
+        objective,
+        median_us=lambda r: r.timing.median_us if r.timing else None,
+        energy_j=lambda r: r.energy_j,
         name=lambda r: r.variant_name,
         ok=lambda r: r.ok,
-        rounds=lambda r: winner.rounds_of(r.provenance),
-        vendor_default=lambda r: winner.is_vendor_default(r.provenance),
+        provenance=lambda r: r.provenance,
         incumbent=lambda r: r.variant_name in incumbents,
         tie_band=tie_band,
     )
