@@ -141,7 +141,7 @@ def export_configs(session: SessionDep) -> StreamingResponse:
         }
     },
 )
-async def import_configs(request: Request) -> dict[str, Any]:
+async def import_configs(request: Request) -> ImportSummary:
     """Merge JSON lines from ``/v1/export``, each checked as an upload is: per key the faster
     verified median wins (the stored row stays unless beaten with confidence); a line stored
     already is a duplicate (importing twice changes nothing); a bad line is refused and listed
@@ -162,7 +162,7 @@ async def import_configs(request: Request) -> dict[str, Any]:
 
 def _import(
     sessionmaker: Any, text: str, verify: bool, record_margin: float | None
-) -> dict[str, Any]:
+) -> ImportSummary:
     with sessionmaker() as session:
         answer = import_lines(session, text, verify=verify, record_margin=record_margin)
         session.commit()
