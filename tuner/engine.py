@@ -73,12 +73,18 @@ class TuneObserver(Protocol):
 
 
 def candidate_params(
-    request: TuneRequest, arch: str, backend_name: str, discovered: Sequence[Params] = ()
+    request: TuneRequest,
+    arch: str,
+    backend_name: str,
+    discovered: Sequence[Params] = (),
+    *,
+    space: VariantSpace | None = None,
 ) -> tuple[list[Params], list[tuple[Params, str]]]:
     """The space for the request split into (runnable candidates, [(pruned, reason)]);
     ``discovered``: params the backend found on the device for this problem (vendor
-    algorithms), pruned and ordered with the rest."""
-    space = load_space(request.op, backend_name)
+    algorithms), pruned and ordered with the rest. ``space``: the request's space when the
+    caller loaded it already (else it is loaded here)."""
+    space = space if space is not None else load_space(request.op, backend_name)
     kept: list[Params] = []
     pruned: list[tuple[Params, str]] = []
     enumerated = space.enumerate(request.dtype, request.layout, arch)
@@ -107,24 +113,17 @@ def decide_winner(
     objective: Objective = "time",
     incumbents: Collection[str] = (),
 ) -> winner.Decision[BenchResult]:
-    """The engine's side of :func:`tuner.winner.decide`: the verified winner of ``results``
-    and its tie set, by time (confirmation rounds, else medians) or, under objective
-    ``energy``, by joules per launch (among results that carry one)."""
-    if objective == "energy":
-        return winner.decide(
-            [r for r in results if r.timing is not None],
-            median=lambda r: r.energy_j,
-            name=lambda r: r.variant_name,
-            ok=lambda r: r.ok,
-            tie_band=tie_band,
-        )
-    return winner.decide(
+    """The engine's side of :func:`tuner.winner.decide_for` over its results: the verified
+    winner of ``results`` and its tie set, by time (confirmation rounds, else medians) or,
+    under objective ``energy``, by joules per launch (among results that carry one)."""
+    return winner.decide_for(
         results,
-        median=lambda r: r.timing.median_us if r.timing else None,
+        objective,
+        median_us=lambda r: r.timing.median_us if r.timing else None,
+        energy_j=lambda r: r.energy_j,
         name=lambda r: r.variant_name,
         ok=lambda r: r.ok,
-        rounds=lambda r: winner.rounds_of(r.provenance),
-        vendor_default=lambda r: winner.is_vendor_default(r.provenance),
+        provenance=lambda r: r.provenance,
         incumbent=lambda r: r.variant_name in incumbents,
         tie_band=tie_band,
     )
@@ -193,8 +192,12 @@ def tune(
     config: EngineConfig,
     observer: TuneObserver | None = None,
     should_stop: Callable[[], bool] | None = None,
+    *,
+    space: VariantSpace | None = None,
 ) -> ProblemResult:
-    """Tune one problem on the backend's device and return every candidate's result."""
+    """Tune one problem on the backend's device and return every candidate's result.
+    ``space``: the request's variant space when the caller loaded it already (a worker loads
+    it once per task); else it is loaded here, once."""
     capabilities = getattr(backend, "capabilities", Capabilities())  # doubles may lack it
     if request.objective == "energy" and not capabilities.measures_energy:
         raise InvalidRequestError(
@@ -202,9 +205,11 @@ def tune(
         )
     started = time.monotonic()
     device = backend.device()
-    space = load_space(request.op, backend.name)
+    space = space if space is not None else load_space(request.op, backend.name)
     discovered = backend.discover(request, device.arch)
-    candidates, pruned = candidate_params(request, device.arch, backend.name, discovered)
+    candidates, pruned = candidate_params(
+        request, device.arch, backend.name, discovered, space=space
+    )
     if not candidates:
         reasons = sorted({reason for _, reason in pruned})[:3]
         raise NoVariantsError(f"every variant was pruned for {request.problem.key()}: {reasons}")

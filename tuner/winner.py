@@ -38,8 +38,18 @@ back, in a rotated order); its round medians are kept in provenance under
    against the incumbent as the same job measured it when it did
    (:func:`incumbent_reference`), else as stored.
 
+6. Under objective ``energy`` the score is joules per launch instead of the median, among the
+   verified items that carry both; confirmation rounds time, they do not meter, so the medians
+   rule (2, without rounds) decides within the tie band; rule 3's order holds as under time
+   (:func:`decide_for`).
+7. A record: a winner that beats the stored one by more than a team's margin (a fraction of
+   the stored median) is held until another host confirms it (:func:`is_record`).
+
 The functions take key functions, so the engine and the store apply the same code to their
-own types.
+own types: the engine's :func:`tuner.engine.decide_winner` and the store's
+:func:`service.store.best.decide_winner` only say where each figure is kept and call
+:func:`decide_for`; the store's replace decision is :func:`replaces_stored_winner`. Nothing
+else decides who wins.
 """
 
 from __future__ import annotations
@@ -48,7 +58,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 __all__ = [
     "TIE_BAND",
@@ -59,7 +69,11 @@ __all__ = [
     "VENDOR_DEFAULT_KEY",
     "CPU_SHARE_KEY",
     "Decision",
+    "Timed",
     "decide",
+    "decide_for",
+    "replaces_stored_winner",
+    "is_record",
     "pick",
     "ratio_interval",
     "needs_remeasure",
@@ -67,6 +81,7 @@ __all__ = [
     "confidently_faster",
     "incumbent_reference",
     "tied_with",
+    "same_speed",
     "is_vendor_default",
     "rounds_of",
     "cpu_share_of",
@@ -122,6 +137,12 @@ def rounds_of(provenance: Any) -> list[float]:
 def tied_with(best_us: float, median_us: float, tie_band: float = TIE_BAND) -> bool:
     """True when ``median_us`` is inside the tie band above ``best_us`` (medians only)."""
     return median_us <= best_us * (1.0 + tie_band)
+
+
+def same_speed(a_us: float, b_us: float, tie_band: float = TIE_BAND) -> bool:
+    """True when two medians of one variant (say from two hosts, which share no rounds) are
+    within the tie band of each other, whichever is faster."""
+    return tied_with(min(a_us, b_us), max(a_us, b_us), tie_band)
 
 
 def ratio_interval(
@@ -185,6 +206,34 @@ def decide(
     best, fastest = min(verified, key=lambda pair: (pair[0], name(pair[1])))
     ranked = tuple(sorted((i for m, i in verified if tied_with(best, m, tie_band)), key=order))
     return Decision(ranked[0], ranked, fastest, "medians")
+
+
+def decide_for(
+    items: Sequence[T],
+    objective: str,
+    *,
+    median_us: Callable[[T], float | None],
+    energy_j: Callable[[T], float | None],
+    name: Callable[[T], Any],
+    ok: Callable[[T], bool],
+    provenance: Callable[[T], Any],
+    incumbent: Callable[[T], bool] = lambda _: False,
+    tie_band: float = TIE_BAND,
+) -> Decision[T]:
+    """The winner under ``objective`` (rules 1-3 and 6): by time, the median and the
+    confirmation rounds kept in ``provenance``; by energy, the joules per launch, medians
+    only. Only verified (``ok``) items with a median take part under either."""
+    energy = objective == "energy"
+    return decide(
+        items,
+        median=energy_j if energy else median_us,
+        name=name,
+        ok=lambda item: ok(item) and median_us(item) is not None,
+        rounds=(lambda _: ()) if energy else (lambda item: rounds_of(provenance(item))),
+        vendor_default=lambda item: is_vendor_default(provenance(item)),
+        incumbent=incumbent,
+        tie_band=tie_band,
+    )
 
 
 def pick(
@@ -276,3 +325,45 @@ def incumbent_reference(
     if now_ok is None:
         return stored_us
     return now_us if now_ok else None
+
+
+class Timed(NamedTuple):
+    """How a job measured a variant: verified or not, its median, its provenance."""
+
+    ok: bool
+    median_us: float | None
+    provenance: Any
+
+
+def replaces_stored_winner(
+    stored_us: float | None,
+    candidate_us: float,
+    candidate_provenance: Any,
+    again: Timed | None = None,
+    tie_band: float = TIE_BAND,
+) -> bool:
+    """Whether a verified candidate replaces the stored winner (rule 5): against the incumbent
+    as the candidate's own job measured it (``again``), when it did, with their shared
+    confirmation rounds and the incumbent's CPU share; else against its stored median."""
+    reference = incumbent_reference(
+        stored_us,
+        None if again is None else (again.ok and again.median_us is not None),
+        again.median_us if again is not None else None,
+    )
+    return replaces_incumbent(
+        reference,
+        candidate_us,
+        tie_band,
+        # rounds only where the incumbent was timed in the candidate's own job (else medians)
+        incumbent_rounds=rounds_of(again.provenance) if again is not None else (),
+        candidate_rounds=rounds_of(candidate_provenance),
+        incumbent_cpu_share=cpu_share_of(again.provenance) if again is not None else None,
+    )
+
+
+def is_record(stored_us: float | None, candidate_us: float | None, margin: float | None) -> bool:
+    """Whether ``candidate_us`` beats the stored winner's ``stored_us`` by more than
+    ``margin`` (a fraction of the stored median; None: the policy is off) (rule 7)."""
+    if margin is None or stored_us is None or candidate_us is None:
+        return False
+    return candidate_us < stored_us * (1.0 - margin)

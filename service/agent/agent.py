@@ -51,6 +51,7 @@ from tuner.engine import tune
 from tuner.errors import ToolchainError, TunerError
 from tuner.host import HostInfo, host_identity
 from tuner.registry import load_backend_class, load_space
+from tuner.spaces.base import VariantSpace
 from tuner.types import DeviceInfo, EngineConfig, ProblemResult
 
 __all__ = ["WorkerAgent"]
@@ -219,7 +220,7 @@ class WorkerAgent:
         )
         beater.start()
         observer: UploadingObserver | None = None
-        finished: tuple[Backend, ProblemResult, ResultsOut] | None = None
+        finished: tuple[Backend, VariantSpace, ProblemResult, ResultsOut] | None = None
         try:
             backend_name = task.device.backend
             backend = self._backends.get(backend_name)
@@ -227,10 +228,14 @@ class WorkerAgent:
                 raise TunerError(f"this worker has no {backend_name!r} backend")
             device = device_in(self._devices[backend_name])
             observer = UploadingObserver(self, state, device, self._fallback_toolchain(backend))
+            # the task's problem is parsed here, once, and its space loaded once: the engine
+            # and the artifact sharing after the final upload are handed both
             request = request_from_task(task)
             space = load_space(request.op, backend.name)
             observer.toolchain = toolchain_report(backend.toolchain(space))
-            result = tune(request, backend, self.engine_config, observer, state.should_stop)
+            result = tune(
+                request, backend, self.engine_config, observer, state.should_stop, space=space
+            )
             observer.device = device_in(result.device)
             observer.toolchain = toolchain_report(result.toolchain)
             self._heartbeat(state)  # the last progress, so that bars end full
@@ -240,7 +245,7 @@ class WorkerAgent:
             observer.queue_retimed(result.results)
             reply = observer.flush(final=True, unmeasured=result.unmeasured)
             if reply is not None:
-                finished = (backend, result, reply)
+                finished = (backend, space, result, reply)
             winner = result.winner.variant_name if result.winner else "none verified"
             log.info(
                 "lease %s done: %d candidates, winner %s%s",
@@ -264,8 +269,8 @@ class WorkerAgent:
             stop_beating.set()
             beater.join(timeout=self.heartbeat_interval_s + 5.0)
         if finished is not None and self.upload_artifacts:  # the task is done: no heartbeats
-            done_backend, result, reply = finished
-            share_artifacts(self.client, done_backend, result, lease_id, reply)
+            done_backend, done_space, result, reply = finished
+            share_artifacts(self.client, done_backend, done_space, result, lease_id, reply)
 
     def _fail_task(
         self,

@@ -1,6 +1,6 @@
 """After a task's final upload: build and upload the artifacts of what it found.
 
-    share_artifacts(client, backend, request, result, lease_id, reply)
+    share_artifacts(client, backend, space, result, lease_id, reply)
 
 The task's winner (``ResultsOut.winner``) gets its artifact built (:func:`tuner.artifacts.
 build_artifact`: the cached kernel.so on CUDA, one standalone compile on the CPU) and uploaded
@@ -23,7 +23,7 @@ from service.schemas.configs import BestConfigOut, ConfigQuery
 from service.schemas.worker import ResultsOut
 from tuner.artifacts import build_artifact
 from tuner.backends.base import Backend
-from tuner.registry import load_space
+from tuner.spaces.base import VariantSpace
 from tuner.types import BenchResult, Outcome, ProblemResult, TuneRequest
 
 __all__ = ["share_artifacts"]
@@ -56,12 +56,12 @@ def _stored_best(client: TunehubClient, result: ProblemResult) -> BestConfigOut 
 def _share_one(
     client: TunehubClient,
     backend: Backend,
+    space: VariantSpace,
     request: TuneRequest,
     arch: str,
     lease_id: str,
     measured: BenchResult,
 ) -> None:
-    space = load_space(request.op, backend.name)
     variant = backend.render(space, measured.params, request.dtype, request.layout, arch)
     if variant.id != measured.variant_id:
         log.warning(
@@ -87,6 +87,7 @@ def _share_one(
 def share_artifacts(
     client: TunehubClient,
     backend: Backend,
+    space: VariantSpace,
     result: ProblemResult,
     lease_id: str,
     reply: ResultsOut | None,
@@ -112,7 +113,9 @@ def share_artifacts(
         if measured is None:
             continue  # not measured (verified) by this lease: the service would refuse it
         try:
-            _share_one(client, backend, result.request, result.device.arch, lease_id, measured)
+            _share_one(
+                client, backend, space, result.request, result.device.arch, lease_id, measured
+            )
         except Exception as exc:  # never fails the task: the answer is stored already
             log.warning(
                 "lease %s: no artifact for %s: %s: %s",

@@ -16,13 +16,12 @@ Nothing commits: the caller does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict, Forbidden, InvalidInput, NotFound
-from service.schemas.artifacts import VariantBuildIn, artifact_url
+from service.schemas.artifacts import ArtifactRef, VariantBuildIn, VariantBuildOut, artifact_url
 from service.store.keys import insert_ignore
 from service.store.models import (
     ApiToken,
@@ -47,7 +46,7 @@ __all__ = [
     "plan_artifact",
     "record_artifact",
     "artifact_by_sha",
-    "build_dict",
+    "build_out",
     "artifact_ref",
 ]
 
@@ -202,9 +201,9 @@ def record_artifact(
     size: int,
     storage_path: str,
     max_per_lease: int,
-) -> tuple[dict[str, Any], bool]:
-    """Store the artifact row of a checked upload whose file is in place; (its ArtifactRef
-    fields, whether it was stored now). Conflict when other bytes took the key meanwhile."""
+) -> tuple[ArtifactRef, bool]:
+    """Store the artifact row of a checked upload whose file is in place; (its ArtifactRef,
+    whether it was stored now). Conflict when other bytes took the key meanwhile."""
     stored = _stored(session, plan.variant_id, plan.arch, plan.toolchain_id)
     now = utcnow()
     if stored is None:
@@ -238,18 +237,18 @@ def record_artifact(
 
 def artifact_ref(
     sha256: str, size: int, variant_id: str, arch: str, toolchain_key: str, backend: str
-) -> dict[str, Any]:
-    """An ArtifactRef's fields: what an upload answers and a best answer names."""
-    return {
-        "sha256": sha256,
-        "size": size,
-        "variant_id": variant_id,
-        "arch": arch,
-        "toolchain": toolchain_key,
-        "backend": backend,
-        "url": artifact_url(sha256),
-        "abi": ABI_VERSION,
-    }
+) -> ArtifactRef:
+    """What an upload answers and a best answer names."""
+    return ArtifactRef(
+        sha256=sha256,
+        size=size,
+        variant_id=variant_id,
+        arch=arch,
+        toolchain=toolchain_key,
+        backend=backend,
+        url=artifact_url(sha256),
+        abi=ABI_VERSION,
+    )
 
 
 def artifact_by_sha(session: Session, sha256: str) -> Artifact:
@@ -260,8 +259,8 @@ def artifact_by_sha(session: Session, sha256: str) -> Artifact:
     return row
 
 
-def build_dict(session: Session, variant_id: str) -> dict[str, Any]:
-    """The build record of a variant (VariantBuildOut's fields); NotFound when absent."""
+def build_out(session: Session, variant_id: str) -> VariantBuildOut:
+    """The build record of a variant; NotFound when absent."""
     found = session.execute(
         select(VariantBuild, Variant).join(Variant, Variant.id == VariantBuild.variant_id)
         .where(VariantBuild.variant_id == variant_id)
@@ -275,18 +274,18 @@ def build_dict(session: Session, variant_id: str) -> dict[str, Any]:
         )
         raise NotFound(f"variant {variant_id} has no build record: {why}")
     build, variant = found
-    return {
-        "variant_id": variant.id,
-        "name": variant.name,
-        "op": variant.op,
-        "source": build.source,
-        "variant_source": build.variant_source,
-        "flags": list(build.flags),
-        "build_flags": list(build.build_flags),
-        "compiler": build.compiler,
-        "compiler_name": build.compiler_name,
-        "template_version": build.template_version,
-        "needs": list(build.needs),
-        "link": list(build.link),
-        "created_at": build.created_at,
-    }
+    return VariantBuildOut(
+        variant_id=variant.id,
+        name=variant.name,
+        op=variant.op,
+        source=build.source,
+        variant_source=build.variant_source,
+        flags=list(build.flags),
+        build_flags=list(build.build_flags),
+        compiler=build.compiler,
+        compiler_name=build.compiler_name,
+        template_version=build.template_version,
+        needs=list(build.needs),
+        link=list(build.link),
+        created_at=build.created_at,
+    )

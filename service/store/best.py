@@ -1,15 +1,16 @@
-"""Who wins, and the upsert of the best config of a key.
+"""The upsert of the best config of a key, by the winner rule of :mod:`tuner.winner`.
 
-Winner rule: :mod:`tuner.winner`, the same code the engine runs, over a task's stored
-measurements (their confirmation rounds travel in provenance): only outcome ``ok`` wins; the
-contenders the rounds cannot tell from the fastest form the tie set, in which the vendor's
-default, then the incumbent, then the variant name wins; a stored best config is replaced
-only by a winner faster with confidence (``tuner.winner.replaces_incumbent``), so re-tuning
-does not flip winners on noise. The best config keeps the deciding job's tie set and how
-many budgeted candidates were left unmeasured. A winner that beats the stored one by more
-than the team's TUNEHUB_RECORD_MARGIN is held instead, until another host confirms it.
-Uploads (:mod:`service.store.results`) and imports (:mod:`service.store.imports`) both go
-through :func:`upsert_best`.
+Who wins is decided in :mod:`tuner.winner` alone, the same code the engine runs; this module
+reads the rows the rule needs and applies its verdicts: over a task's stored measurements
+(their confirmation rounds travel in provenance) :func:`decide_winner` names the winner and
+its tie set (``tuner.winner.decide_for``); a stored best config is replaced only by a winner
+faster with confidence (``tuner.winner.replaces_stored_winner``, against the incumbent as the
+candidate's own task timed it when it did), so re-tuning does not flip winners on noise; a
+winner that beats the stored one by more than the team's TUNEHUB_RECORD_MARGIN
+(``tuner.winner.is_record``) is held instead, until another host confirms it
+(:mod:`service.store.confirm`). The best config keeps the deciding job's tie set and how many
+budgeted candidates were left unmeasured. Uploads (:mod:`service.store.results`) and imports
+(:mod:`service.store.imports`) both go through :func:`upsert_best`.
 """
 
 from __future__ import annotations
@@ -43,17 +44,16 @@ def decide_winner(
     objective: str = "time",
     incumbents: Collection[str] = (),
 ) -> winner_rule.Decision[Measurement]:
-    """The winning verified measurement and its tie set by :func:`tuner.winner.decide` (the
-    rounds in each measurement's provenance, the ``incumbents`` by variant name). Under
-    objective energy the score is joules per launch, among the measurements that carry one."""
-    energy = objective == "energy"
-    return winner_rule.decide(
+    """The winning verified measurement and its tie set by :func:`tuner.winner.decide_for`
+    (the rounds in each measurement's provenance, the ``incumbents`` by variant name)."""
+    return winner_rule.decide_for(
         measurements,
-        median=(lambda m: m.energy_j) if energy else (lambda m: m.median_us),
+        objective,
+        median_us=lambda m: m.median_us,
+        energy_j=lambda m: m.energy_j,
         name=lambda m: (names.get(m.variant_id, ""), m.variant_id, m.id),
-        ok=lambda m: m.outcome == "ok" and m.median_us is not None,
-        rounds=(lambda m: ()) if energy else (lambda m: winner_rule.rounds_of(m.provenance)),
-        vendor_default=lambda m: winner_rule.is_vendor_default(m.provenance),
+        ok=lambda m: m.outcome == "ok",
+        provenance=lambda m: m.provenance,
         incumbent=lambda m: names.get(m.variant_id) in incumbents,
     )
 
@@ -67,9 +67,8 @@ def pick_winner(
 
 def replaces_stored(session: Session, current: Measurement | None, candidate: Measurement) -> bool:
     """Whether ``candidate`` (outcome ok) replaces the stored winner ``current`` by
-    tuner.winner's rule: against the incumbent as the candidate's own task measured it, when it
-    did (its median, its confirmation rounds and CPU share), else as stored."""
-    current_median = current.median_us if current is not None else None
+    :func:`tuner.winner.replaces_stored_winner`: against the incumbent as the candidate's own
+    task measured it, when it did, else as stored."""
     again = None  # the incumbent measured again by the candidate's own task, if it was
     if current is not None and candidate.task_id is not None:
         again = session.scalars(
@@ -82,19 +81,14 @@ def replaces_stored(session: Session, current: Measurement | None, candidate: Me
             )
             .order_by(Measurement.id.desc())
         ).first()
-    reference = winner_rule.incumbent_reference(
-        current_median,
-        None if again is None else (again.outcome == "ok" and again.median_us is not None),
-        again.median_us if again is not None else None,
-    )
     assert candidate.median_us is not None
-    # rounds only where the incumbent was timed in the candidate's own job (else medians)
-    return winner_rule.replaces_incumbent(
-        reference,
+    return winner_rule.replaces_stored_winner(
+        current.median_us if current is not None else None,
         candidate.median_us,
-        incumbent_rounds=winner_rule.rounds_of(again.provenance) if again is not None else (),
-        candidate_rounds=winner_rule.rounds_of(candidate.provenance),
-        incumbent_cpu_share=winner_rule.cpu_share_of(again.provenance) if again else None,
+        candidate.provenance,
+        None
+        if again is None
+        else winner_rule.Timed(again.outcome == "ok", again.median_us, again.provenance),
     )
 
 
@@ -118,13 +112,9 @@ def _kept_tie_set(
 
 
 def is_record(current: Measurement | None, candidate: Measurement, margin: float | None) -> bool:
-    """Whether ``candidate`` beats the stored winner ``current`` by more than ``margin`` (a
-    fraction of its median; None: the policy is off, TUNEHUB_RECORD_MARGIN)."""
-    if margin is None or current is None or current.median_us is None:
-        return False
-    return candidate.median_us is not None and candidate.median_us < current.median_us * (
-        1.0 - margin
-    )
+    """:func:`tuner.winner.is_record` of ``candidate`` over the stored winner ``current``."""
+    stored_us = current.median_us if current is not None else None
+    return winner_rule.is_record(stored_us, candidate.median_us, margin)
 
 
 def upsert_best(

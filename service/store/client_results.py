@@ -17,8 +17,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.errors import NotFound
-from service.schemas.client_results import ClientResultsIn, canonical_key
-from service.store.keys import device_row, insert_ignore, toolchain_row
+from service.schemas.client_results import (
+    ClientBestOut,
+    ClientResultsIn,
+    ClientResultsOut,
+    canonical_key,
+)
+from service.store.keys import device_out, device_row, insert_ignore, toolchain_out, toolchain_row
 from service.store.lookup import find_devices
 from service.store.models import (
     ClientBestConfig,
@@ -27,31 +32,30 @@ from service.store.models import (
     Toolchain,
     utcnow,
 )
-from service.store.views import device_dict, toolchain_dict
 from tuner import winner as winner_rule
 
-__all__ = ["store_client_results", "find_client_best", "client_best_dict"]
+__all__ = ["store_client_results", "find_client_best", "client_best_out"]
 
 log = logging.getLogger(__name__)
 
 
-def client_best_dict(
+def client_best_out(
     measurement: ClientMeasurement, device: Device, toolchain: Toolchain
-) -> dict[str, Any]:
-    return {
-        "op": measurement.op,
-        "kernel_name": measurement.kernel_name,
-        "key": measurement.key,
-        "config_name": measurement.config_name,
-        "params": measurement.params,
-        "median_us": measurement.median_us,
-        "p20_us": measurement.p20_us,
-        "p80_us": measurement.p80_us,
-        "device": device_dict(device),
-        "toolchain": toolchain_dict(toolchain),
-        "measured_at": measurement.created_at,
-        "source": "client",
-    }
+) -> ClientBestOut:
+    return ClientBestOut(
+        op=measurement.op,
+        kernel_name=measurement.kernel_name,
+        key=measurement.key,
+        config_name=measurement.config_name,
+        params=measurement.params,
+        median_us=measurement.median_us,
+        p20_us=measurement.p20_us,
+        p80_us=measurement.p80_us,
+        device=device_out(device),
+        toolchain=toolchain_out(toolchain),
+        measured_at=measurement.created_at,
+        source="client",
+    )
 
 
 def _winner(rows: list[ClientMeasurement]) -> ClientMeasurement | None:
@@ -91,7 +95,7 @@ def _upsert(session: Session, candidate: ClientMeasurement) -> str:
 
 def store_client_results(
     session: Session, body: ClientResultsIn, token_id: int | None
-) -> dict[str, Any]:
+) -> ClientResultsOut:
     """Store every measurement of the upload and upsert the key's winner. The caller commits."""
     device = device_row(session, **body.device.model_dump())
     toolchain = toolchain_row(session, **body.toolchain.model_dump())
@@ -126,7 +130,7 @@ def store_client_results(
         best = find_client_best(session, body.op, body.key, device.key(), toolchain.key)
     except NotFound:
         best = None
-    return {"stored": len(rows), "best": best, "outcome": outcome}
+    return ClientResultsOut(stored=len(rows), best=best, outcome=outcome)
 
 
 def find_client_best(
@@ -136,7 +140,7 @@ def find_client_best(
     device: str | None,
     toolchain: str | None = None,
     backend: str | None = None,
-) -> dict[str, Any]:
+) -> ClientBestOut:
     """The exact key's winner on the device (a key or part of a name); with ``toolchain``
     (its key, compiler or template version) only that toolchain, else the newest one.
     Raises NotFound."""
@@ -157,4 +161,4 @@ def find_client_best(
         where = f" on {device}" if device else ""
         raise NotFound(f"{op} {canonical_key(key)}{where} has no client-measured config yet")
     best, measurement, chosen = max(rows, key=lambda r: (r[2].created_at, r[2].id, r[0].id))
-    return client_best_dict(measurement, devices[best.device_id], chosen)
+    return client_best_out(measurement, devices[best.device_id], chosen)

@@ -3,7 +3,7 @@
 A best config is ``confirmed`` once a worker *independent* of the one that measured the
 winner re-measured the same variant (by name) for the same key (problem, device key,
 toolchain) with a verified median inside the tie band of the winner's
-(:func:`tuner.winner.tied_with`: two hosts share no rounds, so their medians are compared).
+(:func:`tuner.winner.same_speed`: two hosts share no rounds, so their medians are compared).
 
 Independent (:func:`independent`) means another machine and other physical devices, not
 merely another token: both workers registered a host identity (``WorkerRegister.host``,
@@ -106,7 +106,7 @@ def _verdict(session: Session, best: BestConfig, measured: Measurement | None) -
     medians = [m for m, worker in rows if m is not None and independent(owner, worker)]
     if not medians:
         return None
-    return any(winner_rule.tied_with(min(m, winner_us), max(m, winner_us)) for m in medians)
+    return any(winner_rule.same_speed(m, winner_us) for m in medians)
 
 
 def refresh_confirmed(session: Session, best: BestConfig) -> bool:

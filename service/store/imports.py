@@ -21,13 +21,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, timedelta
-from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.errors import InvalidInput
+from service.schemas.configs import ImportRefusal, ImportSummary
 from service.schemas.messages import validation_message
 from service.store.best import upsert_best
 from service.store.checks import impossible, space_rejection, variant_clash, variant_id_error
@@ -63,12 +63,12 @@ class _Report:
     held: int = 0
     duplicates: int = 0
     refused: int = 0
-    errors: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[ImportRefusal] = field(default_factory=list)
 
     def refuse(self, line: int, error: _Refused) -> None:
         self.refused += 1
         if len(self.errors) < MAX_REPORTED:
-            self.errors.append({"line": line, "loc": error.loc, "msg": error.msg})
+            self.errors.append(ImportRefusal(line=line, loc=list(error.loc), msg=error.msg))
 
 
 def _record(line: str, number: int) -> ExportRecord:
@@ -208,7 +208,7 @@ def _store(
 
 def import_lines(
     session: Session, text: str, *, verify: bool = True, record_margin: float | None = None
-) -> dict[str, Any]:
+) -> ImportSummary:
     """Merge the records (see the module doc); returns the counts and the refused lines.
     Raises InvalidInput when nothing could be imported. The caller commits."""
     lines = text.removeprefix(_BOM).splitlines()
@@ -234,15 +234,15 @@ def import_lines(
         raise InvalidInput(["body"], "no records: send JSON lines as GET /v1/export writes them")
     if report.refused == report.records:
         first, *rest = report.errors
-        more = [(e["loc"], e["msg"]) for e in rest]
-        raise InvalidInput(first["loc"], first["msg"], more)
-    return {
-        "records": report.records,
-        "inserted": report.inserted,
-        "replaced": report.replaced,
-        "kept": report.kept,
-        "held": report.held,
-        "duplicates": report.duplicates,
-        "refused": report.refused,
-        "errors": report.errors,
-    }
+        more = [(e.loc, e.msg) for e in rest]
+        raise InvalidInput(first.loc, first.msg, more)
+    return ImportSummary(
+        records=report.records,
+        inserted=report.inserted,
+        replaced=report.replaced,
+        kept=report.kept,
+        held=report.held,
+        duplicates=report.duplicates,
+        refused=report.refused,
+        errors=report.errors,
+    )

@@ -12,6 +12,7 @@ from sqlalchemy import ColumnElement, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from service.schemas.common import DeviceOut, ToolchainOut
 from service.store.models import BEST_CONFIG_KEY, Device, Toolchain, Variant
 from tuner.types import Toolchain as ToolchainKey
 
@@ -26,6 +27,8 @@ __all__ = [
     "selector_matches",
     "best_key",
     "same_best_key",
+    "device_out",
+    "toolchain_out",
 ]
 
 
@@ -116,3 +119,27 @@ def best_key(row: Any) -> dict[str, Any]:
 def same_best_key(model: type[Any], row: Any) -> list[ColumnElement[bool]]:
     """WHERE clauses: ``model``'s rows with the best-config key of ``row``."""
     return [getattr(model, column) == value for column, value in best_key(row).items()]
+
+
+def device_out(device: Device) -> DeviceOut:
+    """A device row as the answers name it (with its key)."""
+    return DeviceOut(
+        backend=device.backend,
+        name=device.name,
+        arch=device.arch,
+        sm_count=device.sm_count,
+        driver=device.driver,
+        runtime=device.runtime,
+        memory_bytes=device.memory_bytes,
+        key=device.key(),
+    )
+
+
+def toolchain_out(toolchain: Toolchain) -> ToolchainOut:
+    """A toolchain row as the answers name it (with its key)."""
+    return ToolchainOut(
+        compiler=toolchain.compiler,
+        template_version=toolchain.template_version,
+        libraries=dict(toolchain.libraries or {}),
+        key=toolchain.key,
+    )

@@ -33,7 +33,8 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from service.errors import NotFound
-from service.store.artifacts import artifact_ref
+from service.schemas.configs import BestConfigOut
+from service.store.best_answer import AnswerParts, best_answer
 from service.store.best_index import Snapshot, best_index_for, device_filter
 from service.store.models import Artifact, BestConfig, Device, Measurement, Toolchain, Variant
 from tuner.problems import Problem
@@ -226,7 +227,9 @@ def _pairs(snapshot: Snapshot, query: LookupQuery) -> list[tuple[int, int]]:
     return snapshot.allowed(query.op, query.dtype, query.layout, devices, query.toolchain)
 
 
-def _answer(query: LookupQuery, rows: Sequence[Row[Any]], exact: bool) -> dict[str, Any]:
+def _answer(
+    query: LookupQuery, rows: Sequence[Row[Any]], exact: bool, seen: AnswerParts | None = None
+) -> BestConfigOut:
     """The answer from candidate rows: closest first, then the most recently updated."""
     wanted = query.problem.dims()
     ranked: list[tuple[float, Row[Any]]] = []
@@ -238,61 +241,8 @@ def _answer(query: LookupQuery, rows: Sequence[Row[Any]], exact: bool) -> dict[s
         raise _not_found(query)
     ranked.sort(key=lambda c: (c[0], -c[1].updated_at.timestamp(), c[1].id))
     distance, row = ranked[0]
-    return {
-        "op": query.op,
-        "dtype": query.dtype,
-        "layout": query.layout,
-        "problem": wanted,
-        "tuned_problem": row.problem,
-        "exact": exact,
-        "distance": round(distance, 6),
-        "variant_id": row.variant_id,
-        "variant_name": row.variant_name,
-        "params": row.params,
-        "median_us": row.median_us,
-        "p20_us": row.p20_us,
-        "p80_us": row.p80_us,
-        "throughput": row.throughput,
-        "throughput_unit": row.throughput_unit,
-        "device": {
-            "backend": row.backend,
-            "name": row.device_name,
-            "arch": row.arch,
-            "sm_count": row.sm_count,
-            "driver": row.driver,
-            "runtime": row.runtime,
-            "memory_bytes": row.memory_bytes,
-            "key": f"{row.backend}:{row.device_name}:{row.arch}:{row.sm_count}",  # Device.key
-        },
-        "toolchain": {
-            "compiler": row.compiler,
-            "template_version": row.template_version,
-            "libraries": dict(row.libraries or {}),
-            "key": row.toolchain_key,
-        },
-        "measured_at": row.measured_at,
-        "confirmed": row.confirmed,
-        "tie_set": list(row.tie_set or [row.variant_name]),
-        "complete": row.unmeasured == 0,
-        "unmeasured": row.unmeasured,
-        # best configs are kept for the time objective; energy winners stay on their jobs
-        "objective": "time",
-        "energy_j": row.energy_j,
-        "artifact": _artifact(row),
-    }
-
-
-def _artifact(row: Row[Any]) -> dict[str, Any] | None:
-    """The ArtifactRef of an answer row: the winner's artifact for its arch and toolchain."""
-    if row.artifact_sha256 is None:
-        return None
-    return artifact_ref(
-        row.artifact_sha256,
-        row.artifact_size,
-        row.variant_id,
-        row.arch,
-        row.toolchain_key,
-        row.backend,
+    return best_answer(
+        query.op, query.dtype, query.layout, wanted, row, exact, distance, seen or AnswerParts()
     )
 
 
@@ -306,8 +256,8 @@ def find_best(
     device: str | None = None,
     backend: str | None = None,
     toolchain: str | None = None,
-) -> dict[str, Any]:
-    """The answer body of ``GET /v1/configs/best``; raises NotFound when nothing fits.
+) -> BestConfigOut:
+    """The answer of ``GET /v1/configs/best``; raises NotFound when nothing fits.
 
     The exact answer is one query on the best configs' unique key; otherwise the in-memory
     index names the nearest rows and one query by id reads them."""
@@ -328,23 +278,19 @@ def find_best(
 
 def find_best_many(
     session: Session, queries: Sequence[LookupQuery]
-) -> list[dict[str, Any] | NotFound]:
+) -> list[BestConfigOut | NotFound]:
     """Answers to many lookups, in order (a NotFound where nothing fits), in a constant
     number of statements: the index check, one query for every exact key and one by id for
     every nearest answer. A query asked more than once (a model's repeated layers) is
-    answered once, and each asker gets its own copy of the answer."""
+    answered once."""
     unique = list(dict.fromkeys(queries))
     if len(unique) < len(queries):
         answered = dict(zip(unique, _find_many(session, unique), strict=True))
-        return [_copy(answered[q]) for q in queries]
+        return [answered[q] for q in queries]
     return _find_many(session, queries)
 
 
-def _copy(answer: dict[str, Any] | NotFound) -> dict[str, Any] | NotFound:
-    return answer if isinstance(answer, NotFound) else dict(answer)
-
-
-def _find_many(session: Session, queries: Sequence[LookupQuery]) -> list[dict[str, Any] | NotFound]:
+def _find_many(session: Session, queries: Sequence[LookupQuery]) -> list[BestConfigOut | NotFound]:
     snapshot = best_index_for(_engine(session)).fresh(session)
     pairs = [_pairs(snapshot, q) for q in queries]
     keys = [q.problem.key() for q in queries]  # once each: the batch's per-problem work adds up
@@ -391,17 +337,18 @@ def _find_many(session: Session, queries: Sequence[LookupQuery]) -> list[dict[st
     if all_ids:
         statement = _BY_ID_PG if postgresql else _BY_ID
         by_id = {row.id: row for row in _rows(session, statement, ids=sorted(all_ids))}
-    answers: list[dict[str, Any] | NotFound] = []
+    answers: list[BestConfigOut | NotFound] = []
+    seen = AnswerParts()
     for query, allowed, chosen, ids in zip(queries, pairs, exact_rows, near_ids, strict=True):
         if not allowed:
             answers.append(_no_pairs(query, snapshot))
             continue
         try:
             if chosen:
-                answers.append(_answer(query, chosen, exact=True))
+                answers.append(_answer(query, chosen, exact=True, seen=seen))
             else:
                 near = [by_id[i] for i in ids if i in by_id]
-                answers.append(_answer(query, near, exact=False))
+                answers.append(_answer(query, near, exact=False, seen=seen))
         except NotFound as exc:
             answers.append(exc)
     return answers

@@ -10,13 +10,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import exists, select, update
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict, InvalidInput, NotFound
-from service.schemas.common import FINISHED_STATUSES, DeviceFields
+from service.schemas.common import (
+    FINISHED_STATUSES,
+    BudgetOut,
+    DeviceFields,
+    DeviceSelector,
+    DType,
+    Objective,
+    Op,
+    StrategyName,
+)
+from service.schemas.worker import LeaseOut, LeaseTask
 from service.store.best import incumbents_of
 from service.store.confirm import lease_clause
 from service.store.keys import selector_matches
@@ -36,6 +46,7 @@ __all__ = [
     "requeue_expired",
     "claim_task",
     "incumbent_names",
+    "lease_out",
     "heartbeat",
     "held_task",
     "cancel_job",
@@ -273,6 +284,30 @@ def incumbent_names(
     store's rule compares a new winner with the incumbent side by side (tuner.winner)."""
     devices = _worker_devices(session, worker, device)
     return incumbents_of(session, job, task, [d.id for d in devices if d.backend == job.backend])
+
+
+def lease_out(lease: Lease, task: Task, job: Job, incumbents: Sequence[str]) -> LeaseOut:
+    """The answer of a claim: the lease and what the worker needs to tune its task."""
+    assert task.lease_expires_at is not None  # claim_task sets it with the owner
+    return LeaseOut(
+        lease_id=lease.id,
+        expires_at=task.lease_expires_at,
+        task=LeaseTask(
+            task_id=task.id,
+            job_id=job.id,
+            # the row holds the names JobCreate checked at submission
+            op=cast(Op, job.op),
+            dtype=cast(DType, job.dtype),
+            layout=job.layout,
+            problem=task.problem,
+            device=DeviceSelector.model_validate(job.device),
+            strategy=cast(StrategyName, job.strategy),
+            budget=BudgetOut.model_validate(job.budget),
+            objective=cast(Objective, job.objective),
+            seed=job.seed,
+            incumbents=list(incumbents),
+        ),
+    )
 
 
 def _lease(session: Session, lease_id: str) -> Lease | None:

@@ -13,10 +13,12 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict, InvalidInput
-from service.schemas.worker import MeasurementIn, ResultsIn
+from service.schemas.jobs import WinnerSummary
+from service.schemas.worker import MeasurementIn, ResultsIn, ResultsOut
 from service.store.best import decide_winner, incumbents_of, upsert_best
 from service.store.checks import impossible, space_rejection, variant_clash, variant_id_error
 from service.store.confirm import queue_confirmation, refresh_key
+from service.store.jobs import winner_summary
 from service.store.keys import (
     device_row,
     ensure_variants,
@@ -37,7 +39,6 @@ from service.store.models import (
 from service.store.queue import held_task, refresh_job_status
 from service.store.replays import count_replays
 from service.store.validation import usable_id
-from service.store.views import winner_dict
 from tuner.problems import problem_from_dict
 
 __all__ = ["store_results"]
@@ -151,21 +152,15 @@ def _task_variants(
     )
 
 
-def _replayed_answer(session: Session, task: Task, replayed: int) -> dict[str, Any]:
+def _replayed_answer(session: Session, task: Task, replayed: int) -> ResultsOut:
     """The answer of a final upload, given again to its retry (which stored nothing)."""
     winner = None
     if task.winner_measurement_id is not None:
         measurement = session.get(Measurement, task.winner_measurement_id)
         variant = session.get(Variant, measurement.variant_id) if measurement else None
         if measurement is not None and variant is not None:
-            winner = winner_dict(measurement, variant, task)
-    return {
-        "stored": 0,
-        "replayed": replayed,
-        "kept": 0,
-        "winner": winner,
-        "task_status": task.status,
-    }
+            winner = winner_summary(measurement, variant, task)
+    return ResultsOut(stored=0, replayed=replayed, kept=0, winner=winner, task_status=task.status)
 
 
 def _lock_task(session: Session, lease_id: str) -> None:
@@ -214,7 +209,7 @@ def store_results(
     *,
     verify: bool = True,
     record_margin: float | None = None,
-) -> dict[str, Any]:
+) -> ResultsOut:
     """Store a batch for the lease; on ``final`` end the task and upsert the best config.
 
     Idempotent: a measurement is stored once per task, variant, device and toolchain (and the
@@ -291,14 +286,14 @@ def store_results(
     )
     session.flush()
     stored = len(rows) + len(retimed)
-    return {
-        "stored": stored,
-        "replayed": replayed,
+    return ResultsOut(
+        stored=stored,
+        replayed=replayed,
         # measured by an earlier lease of the task (its worker gone): the first row stays
-        "kept": len(already - own),
-        "winner": winner,
-        "task_status": task.status,
-    }
+        kept=len(already - own),
+        winner=winner,
+        task_status=task.status,
+    )
 
 
 def _finish(
@@ -309,7 +304,7 @@ def _finish(
     device_id: int | None,
     toolchain_id: int | None,
     record_margin: float | None,
-) -> dict[str, Any] | None:
+) -> WinnerSummary | None:
     if device_id is None and body.device is not None and body.device.name:
         device_id = device_row(session, **body.device.model_dump()).id
     if toolchain_id is None and body.toolchain is not None and body.toolchain.compiler:
@@ -368,4 +363,4 @@ def _finish(
         return None
     variant = session.get(Variant, winner.variant_id)
     assert variant is not None
-    return winner_dict(winner, variant, task)
+    return winner_summary(winner, variant, task)

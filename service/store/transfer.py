@@ -36,8 +36,8 @@ from service.schemas.common import (
     SafeStr,
 )
 from service.schemas.worker import ToolchainIn, timing_order_error
+from service.store.keys import device_out, toolchain_out
 from service.store.models import BestConfig, Device, Measurement, Toolchain, Variant
-from service.store.views import device_dict, toolchain_dict
 
 __all__ = ["ExportRecord", "MeasurementRecord", "VariantRecord", "export_lines"]
 
@@ -99,10 +99,8 @@ def export_lines(session: Session) -> Iterator[str]:
         .order_by(BestConfig.id)
     )
     for best, m, variant, device, toolchain in rows:
-        device_fields = device_dict(device)
-        device_fields.pop("key")
-        toolchain_fields = toolchain_dict(toolchain)
-        toolchain_fields.pop("key")
+        device_fields = device_out(device).model_dump(exclude={"key"})
+        toolchain_fields = toolchain_out(toolchain).model_dump(exclude={"key"})
         record = {
             "op": best.op,
             "dtype": best.dtype,

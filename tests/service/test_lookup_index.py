@@ -17,6 +17,7 @@ from sqlalchemy import event, select, update
 from sqlalchemy.orm import Session
 
 from service.errors import NotFound
+from service.schemas.configs import BestConfigOut
 from service.store import best_index
 from service.store.best import upsert_best
 from service.store.db import make_engine
@@ -155,8 +156,8 @@ def _outcome(session: Session, query: LookupQuery) -> tuple[Any, ...] | None:
         return None
 
 
-def _summary(answer: dict[str, Any]) -> tuple[Any, ...]:
-    return answer["variant_id"], answer["tuned_problem"], answer["exact"], answer["distance"]
+def _summary(answer: BestConfigOut) -> tuple[Any, ...]:
+    return answer.variant_id, answer.tuned_problem, answer.exact, answer.distance
 
 
 @pytest.mark.parametrize("tree_rows", [best_index.KDTREE_MIN_ROWS, 1], ids=["scan", "kdtree"])
@@ -193,12 +194,12 @@ def test_exact_and_nearest_match_a_brute_force_reference(
                 assert want is not None, query
                 variant, tuned, exact, distance = want
                 assert _summary(got)[:3] == (variant, tuned, exact), query
-                assert math.isclose(got["distance"], round(distance, 6)), query
+                assert math.isclose(got.distance, round(distance, 6)), query
                 assert not isinstance(many, NotFound) and _summary(many) == _summary(got)
                 answered += 1
         assert answered > 150  # the draw exercises answers, not only misses
         tie = find_best_many(Session(engine), queries[:1])[0]
-        assert not isinstance(tie, NotFound) and tie["variant_name"] == "tie128"
+        assert not isinstance(tie, NotFound) and tie.variant_name == "tie128"
     finally:
         engine.dispose()
 
@@ -212,17 +213,17 @@ def test_a_write_from_another_session_is_seen_at_once(database_url: str) -> None
             _store(writer, "gemm", {"m": 64, "n": 64, "k": 64}, 9.0, H200, NEW_TC, "far")
             writer.commit()
         with Session(reader_engine) as reader:
-            assert find_best(reader, **query)["variant_name"] == "far"
+            assert find_best(reader, **query).variant_name == "far"
         with Session(writer_engine) as writer:  # another engine: another process's index
             _store(writer, "gemm", {"m": 256, "n": 256, "k": 128}, 9.0, H200, NEW_TC, "near")
             writer.commit()
         with Session(reader_engine) as reader:
-            assert find_best(reader, **query)["variant_name"] == "near"
+            assert find_best(reader, **query).variant_name == "near"
         with Session(writer_engine) as writer:  # replaced in place: same row, new winner
             _store(writer, "gemm", {"m": 256, "n": 256, "k": 128}, 1.0, H200, NEW_TC, "faster")
             writer.commit()
         with Session(reader_engine) as reader:
-            assert find_best(reader, **query)["variant_name"] == "faster"
+            assert find_best(reader, **query).variant_name == "faster"
     finally:
         reader_engine.dispose()
         writer_engine.dispose()
@@ -246,11 +247,11 @@ def test_a_write_from_another_process_is_seen_at_once(database_url: str) -> None
         with Session(engine) as session:
             _store(session, "gemm", {"m": 16, "n": 16, "k": 16}, 9.0, H200, NEW_TC, "mine")
             session.commit()
-            assert find_best(session, **query)["exact"] is False
+            assert find_best(session, **query).exact is False
         subprocess.run([sys.executable, "-c", script], cwd=REPO, check=True, timeout=120)
         with Session(engine) as session:
             answer = find_best(session, **query)
-        assert answer["exact"] is True and answer["variant_name"] == "other"
+        assert answer.exact is True and answer.variant_name == "other"
     finally:
         engine.dispose()
 
@@ -271,17 +272,17 @@ def test_rows_committed_below_the_newest_id_are_found_by_the_recount(
             # move the only row far up: the next row will sit below the newest id
             session.execute(update(BestConfig).values(id=first_id + 1000))
             session.commit()
-            assert find_best(session, **query)["variant_name"] == "far"
+            assert find_best(session, **query).variant_name == "far"
         with Session(engine) as session:
             _store(session, "gemm", {"m": 1024, "n": 1024, "k": 512}, 9.0, H200, NEW_TC, "late")
             late = BestConfig.problem_key == "m=1024,n=1024,k=512"
             session.execute(update(BestConfig).where(late).values(id=first_id + 500))
             session.commit()
         with Session(engine) as session:  # max(id) is unchanged: not seen until the recount
-            assert find_best(session, **query)["variant_name"] == "far"
+            assert find_best(session, **query).variant_name == "far"
         monkeypatch.setattr(best_index, "RECOUNT_SECONDS", 0.0)
         with Session(engine) as session:
-            assert find_best(session, **query)["variant_name"] == "late"
+            assert find_best(session, **query).variant_name == "late"
     finally:
         engine.dispose()
 

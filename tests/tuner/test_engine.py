@@ -73,6 +73,25 @@ def test_tune_softmax_again_hits_the_compile_cache(backend: CpuBackend) -> None:
     assert all(r.compile_seconds == 0.0 for r in second.results)  # cached builds
 
 
+def test_tune_uses_the_space_it_is_handed(
+    backend: CpuBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker loads a task's space once and hands it on: tune() loads no other."""
+    import tuner.engine as engine
+    from tuner.registry import load_space
+
+    space = load_space("softmax", "cpu")
+    loads: list[str] = []
+    monkeypatch.setattr(engine, "load_space", lambda op, name: loads.append(op) or space)
+    request = TuneRequest(
+        "softmax", "f32", "row", SoftmaxProblem(m=8, k=40), budget=Budget(max_variants=2)
+    )
+    handed = tune(request, backend, backend.config, space=space)
+    assert loads == [] and handed.winner is not None
+    tune(request, backend, backend.config)  # alone, the engine loads it itself, once
+    assert loads == ["softmax"]
+
+
 def test_everything_pruned_raises(backend: CpuBackend) -> None:
     # k=1 still admits pack 1 / acc 1 / unroll 1, so check the error path with a foreign op space
     request = TuneRequest("reduce", "f32", "row", SoftmaxProblem(m=1, k=1))

@@ -10,16 +10,22 @@ from service.store.best import pick_winner as store_pick
 from tuner.engine import pick_winner as engine_pick
 from tuner.types import BenchResult, Outcome, Timing
 from tuner.winner import (
+    CPU_SHARE_KEY,
     ROUNDS_KEY,
     TIE_BAND,
+    VENDOR_DEFAULT_KEY,
+    Timed,
     confidently_faster,
     decide,
     incumbent_reference,
+    is_record,
     needs_remeasure,
     pick,
     ratio_interval,
     replaces_incumbent,
+    replaces_stored_winner,
     rounds_of,
+    same_speed,
 )
 
 
@@ -110,6 +116,7 @@ class FakeMeasurement:
     median_us: float | None
     suspect: bool = False
     provenance: dict | None = None
+    energy_j: float | None = None
 
 
 def test_engine_and_store_pick_the_same_winner() -> None:
@@ -304,3 +311,48 @@ def test_an_incumbent_timed_under_interference_needs_a_wider_margin() -> None:
     assert replaces_incumbent(
         10.0, 7.0, incumbent_rounds=incumbent, candidate_rounds=[7.0] * 4, incumbent_cpu_share=0.85
     )
+
+
+def test_engine_and_store_decide_alike_under_energy() -> None:
+    """Both sides go through tuner.winner.decide_for: joules decide within the tie band, the
+    vendor default first (rule 3 holds under either objective), and a result without a time
+    takes no part."""
+    from service.store.best import decide_winner as store_decide
+    from tuner.engine import decide_winner as engine_decide
+
+    figures = {
+        "a_lean": (10.0, 1.00, False),
+        "b_vendor": (9.0, 1.01, True),
+        "c_hungry": (8.0, 2.0, False),
+        "d_untimed": (None, 0.5, False),
+    }
+    results, rows = [], []
+    for i, (name, (us, joules, vendor)) in enumerate(figures.items()):
+        provenance = {VENDOR_DEFAULT_KEY: True} if vendor else {}
+        timing = Timing(us, us, us, us, 10) if us is not None else None
+        results.append(
+            BenchResult(
+                f"id-{name}", name, {}, Outcome.OK, timing, energy_j=joules, provenance=provenance
+            )
+        )
+        rows.append(
+            FakeMeasurement(i, f"id-{name}", "ok", us, provenance=provenance, energy_j=joules)
+        )
+    names = {f"id-{name}": name for name in figures}
+    by_engine = engine_decide(results, TIE_BAND, "energy")
+    by_store = store_decide(rows, names, "energy")  # type: ignore[arg-type]
+    assert [r.variant_name for r in by_engine.tie_set] == ["b_vendor", "a_lean"]
+    assert [names[m.variant_id] for m in by_store.tie_set] == ["b_vendor", "a_lean"]
+
+
+def test_the_stored_winner_replace_record_and_agreement_rules() -> None:
+    # the incumbent as the candidate's own job timed it counts, not its stored median
+    assert replaces_stored_winner(10.0, 10.5, {}, Timed(True, 11.0, {}))
+    assert not replaces_stored_winner(10.0, 9.9, {})  # within the band of the stored median
+    assert replaces_stored_winner(10.0, 9.9, {}, Timed(False, None, {}))  # it failed this time
+    # an incumbent timed with half a core may have been slowed by half: the band grows
+    assert replaces_stored_winner(10.0, 7.0, {}, Timed(True, 10.0, {CPU_SHARE_KEY: 1.0}))
+    assert not replaces_stored_winner(10.0, 7.0, {}, Timed(True, 10.0, {CPU_SHARE_KEY: 0.5}))
+    assert is_record(10.0, 8.9, 0.1) and not is_record(10.0, 9.1, 0.1)
+    assert not is_record(10.0, 1.0, None) and not is_record(None, 1.0, 0.1)
+    assert same_speed(10.0, 10.1) and same_speed(10.1, 10.0) and not same_speed(10.0, 10.5)

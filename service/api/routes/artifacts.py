@@ -27,6 +27,7 @@ from service.api.deps import SessionDep, require_read, require_scope
 from service.errors import BodyTooLarge, InvalidInput, NotFound
 from service.schemas.artifacts import (
     SHA256_PATTERN,
+    ArtifactRef,
     ArtifactUploadOut,
     BuildUploadOut,
     VariantBuildIn,
@@ -36,7 +37,7 @@ from service.settings import Settings
 from service.store.artifacts import (
     ArtifactPlan,
     artifact_by_sha,
-    build_dict,
+    build_out,
     plan_artifact,
     record_artifact,
     store_build,
@@ -114,7 +115,7 @@ def _plan(
 
 def _record(
     maker: sessionmaker[Session], plan: ArtifactPlan, sha256: str, size: int, settings: Settings
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[ArtifactRef, bool]:
     with maker() as session:
         answer = record_artifact(
             session,
@@ -177,12 +178,10 @@ async def upload_artifact(
     finally:
         staged.discard()
     ref, stored = await run_in_threadpool(_record, maker, plan, sha256, size, settings)
-    answer = ArtifactUploadOut.model_validate(
-        {
-            "artifact": ref,
-            "stored": stored,
-            "detail": "stored" if stored else "the same artifact is stored already",
-        }
+    answer = ArtifactUploadOut(
+        artifact=ref,
+        stored=stored,
+        detail="stored" if stored else "the same artifact is stored already",
     )
     return JSONResponse(answer.model_dump(mode="json"), status_code=201 if stored else 200)
 
@@ -225,8 +224,8 @@ def get_artifact(request: Request, sha256: Sha256Path, session: SessionDep) -> R
     dependencies=[Depends(require_read)],
     responses={404: {"description": "no build record for this variant"}},
 )
-def get_build(variant_id: VariantId, session: SessionDep) -> dict[str, Any]:
+def get_build(variant_id: VariantId, session: SessionDep) -> VariantBuildOut:
     """What rebuilds a variant's artifact on a machine with the same toolchain: the
     translation unit, flags, compiler identity, template version, external headers and
     libraries (docs/artifacts.md says how to rebuild and check it)."""
-    return build_dict(session, variant_id)
+    return build_out(session, variant_id)

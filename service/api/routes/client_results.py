@@ -41,7 +41,7 @@ def upload_client_results(
     body: ClientResultsIn,
     session: SessionDep,
     token: Annotated[ApiToken, Depends(require_scope("submit"))],
-) -> dict[str, Any]:
+) -> ClientResultsOut:
     """Store a client's measurements of its kernel's configs for one key and keep the winner
     (verified ``ok`` only; a stored winner stays unless the new one is > 2% faster)."""
     answer = store_client_results(session, body, token.id)
@@ -81,4 +81,4 @@ def client_best(
 ) -> Response:
     """The winner for ``key`` on ``device`` (a device key or part of a name)."""
     answer = find_client_best(session, op, _parse_key(key), device, toolchain, backend)
-    return conditional(request, ClientBestOut.model_validate(answer).model_dump_json().encode())
+    return conditional(request, answer.model_dump_json().encode())

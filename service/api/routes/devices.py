@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path
 from sqlalchemy import select
@@ -11,10 +11,10 @@ from sqlalchemy import select
 from service.api.deps import SessionDep, require_read, require_scope
 from service.errors import NotFound
 from service.schemas.common import MAX_ROW_ID
-from service.schemas.devices import DeviceEntry, DeviceList, DeviceRatesIn
+from service.schemas.devices import DeviceEntry, DeviceList, DeviceRatesIn, DeviceRatesOut
 from service.store.bounds import rates_of
+from service.store.keys import device_out
 from service.store.models import Device
-from service.store.views import device_dict
 
 __all__ = ["router"]
 
@@ -23,24 +23,23 @@ router = APIRouter(prefix="/v1/devices", tags=["devices"])
 DeviceId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="a device's id (GET /v1/devices)")]
 
 
-def _entry(device: Device) -> dict[str, Any]:
+def _entry(device: Device) -> DeviceEntry:
     rates = rates_of(device.name, device.copy_gbps, device.peak_tflops)
-    return {
-        "id": device.id,
-        "device": device_dict(device),
-        "rates": {
-            "copy_gbps": rates.copy_gbps,
-            "peak_tflops": rates.peak_tflops,
-            "source": rates.source,
-        },
-        "created_at": device.created_at,
-    }
+    return DeviceEntry(
+        id=device.id,
+        device=device_out(device),
+        rates=DeviceRatesOut(
+            copy_gbps=rates.copy_gbps, peak_tflops=rates.peak_tflops, source=rates.source
+        ),
+        created_at=device.created_at,
+    )
 
 
 @router.get("", response_model=DeviceList, dependencies=[Depends(require_read)])
-def list_devices(session: SessionDep) -> dict[str, Any]:
+def list_devices(session: SessionDep) -> DeviceList:
     """Every device a worker registered, with the rates measurements are held to."""
-    return {"devices": [_entry(d) for d in session.scalars(select(Device).order_by(Device.id))]}
+    devices = session.scalars(select(Device).order_by(Device.id))
+    return DeviceList(devices=[_entry(d) for d in devices])
 
 
 @router.put(
@@ -48,7 +47,7 @@ def list_devices(session: SessionDep) -> dict[str, Any]:
     response_model=DeviceEntry,
     dependencies=[Depends(require_scope("admin"))],
 )
-def set_rates(device_id: DeviceId, body: DeviceRatesIn, session: SessionDep) -> dict[str, Any]:
+def set_rates(device_id: DeviceId, body: DeviceRatesIn, session: SessionDep) -> DeviceEntry:
     """Record the device's copy rate and peak rates (admin); none given: its product's
     defaults again. Measurements stored before are not re-checked."""
     device = session.get(Device, device_id)

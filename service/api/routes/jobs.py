@@ -2,50 +2,31 @@
 
 from __future__ import annotations
 
-import logging
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, status
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from service.api.deps import SessionDep, SettingsDep, require_read, require_scope
 from service.errors import InvalidInput, NotFound
 from service.schemas.common import JobStatus, Op
 from service.schemas.jobs import JobCreate, JobList, JobOut
 from service.settings import Settings
-from service.store.models import ApiToken, Job, Task
-from service.store.queue import (
-    cancel_job,
-    live_worker_devices,
-    waiting_for,
-    worker_live_seconds,
-)
+from service.store.jobs import job_out, job_summary, parse_problems
+from service.store.jobs import submit_job as submit
+from service.store.models import ApiToken, Job
+from service.store.queue import cancel_job, live_worker_devices, worker_live_seconds
 from service.store.tokens import check_job_owner
-from service.store.validation import parse_problem, usable_id
-from service.store.views import job_dict
+from service.store.validation import usable_id
 from tuner.capabilities import capabilities_of
 
 __all__ = ["router"]
 
-log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
 def _live_seconds(settings: Settings) -> float:
     return worker_live_seconds(settings.lease_seconds)
-
-
-def _with_waiting(
-    session: Session, settings: Settings, jobs: list[Job], *, with_problems: bool
-) -> list[dict[str, Any]]:
-    live = live_worker_devices(session, _live_seconds(settings))
-    bodies = []
-    for job in jobs:
-        body = job_dict(session, job, with_problems=with_problems)
-        body["waiting_for"] = waiting_for(session, job, live)
-        bodies.append(body)
-    return bodies
 
 
 #: a submit-scope token (or admin): the owner of the jobs it submits
@@ -55,44 +36,23 @@ SubmitToken = Annotated[ApiToken, Depends(require_scope("submit"))]
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=JobOut)
 def submit_job(
     body: JobCreate, session: SessionDep, settings: SettingsDep, token: SubmitToken
-) -> dict[str, Any]:
+) -> JobOut:
     """Queue a tuning job: one task per problem. Nothing is stored when any field is bad.
     The token that submits the job owns it: only it (or an admin) may cancel it."""
-    problems = [
-        parse_problem(body.op, fields, ["body", "problems", index])
-        for index, fields in enumerate(body.problems)
-    ]
+    problems = parse_problems(body)
     if body.objective == "energy" and not capabilities_of(body.device.backend).measures_energy:
         raise InvalidInput(
             ["body", "objective"],
             f"the {body.device.backend} backend has no energy counter; use objective 'time'",
         )
-    assert body.layout is not None
-    selector = body.device.model_dump(exclude_none=True)
-    job = Job(
-        op=body.op,
-        dtype=body.dtype,
-        layout=body.layout,
-        device=selector,
-        backend=body.device.backend,
-        strategy=body.strategy,
-        budget=body.budget.model_dump(),
-        objective=body.objective,
-        seed=body.seed,
-        confirm=body.confirm or settings.confirm,
-        token_id=token.id,
+    return submit(
+        session,
+        body,
+        problems,
+        token,
+        confirm=settings.confirm,
+        live_seconds=_live_seconds(settings),
     )
-    session.add(job)
-    session.flush()
-    for position, problem in enumerate(problems):
-        session.add(
-            Task(
-                job_id=job.id, position=position, problem=problem.dims(), problem_key=problem.key()
-            )
-        )
-    session.commit()
-    log.info("job %s: %s %s %s, %d problems", job.id, job.op, job.dtype, job.layout, len(problems))
-    return _with_waiting(session, settings, [job], with_problems=True)[0]
 
 
 @router.get("", response_model=JobList, dependencies=[Depends(require_read)])
@@ -102,14 +62,14 @@ def list_jobs(
     status: JobStatus | None = None,
     op: Op | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> dict[str, Any]:
+) -> JobList:
     query = select(Job).order_by(Job.created_at.desc(), Job.id).limit(limit)
     if status is not None:
         query = query.where(Job.status == status)
     if op is not None:
         query = query.where(Job.op == op)
-    jobs = list(session.scalars(query))
-    return {"jobs": _with_waiting(session, settings, jobs, with_problems=False)}
+    live = live_worker_devices(session, _live_seconds(settings))
+    return JobList(jobs=[job_summary(session, job, live) for job in session.scalars(query)])
 
 
 def _job(session: SessionDep, job_id: str) -> Job:
@@ -120,10 +80,11 @@ def _job(session: SessionDep, job_id: str) -> Job:
 
 
 @router.get("/{job_id}", response_model=JobOut, dependencies=[Depends(require_read)])
-def get_job(job_id: str, session: SessionDep, settings: SettingsDep) -> dict[str, Any]:
+def get_job(job_id: str, session: SessionDep, settings: SettingsDep) -> JobOut:
     """The job, its progress and per-problem winners; ``waiting_for`` says when no connected
     worker has a device the job asks for."""
-    return _with_waiting(session, settings, [_job(session, job_id)], with_problems=True)[0]
+    live = live_worker_devices(session, _live_seconds(settings))
+    return job_out(session, _job(session, job_id), live)
 
 
 @router.delete(
@@ -131,11 +92,11 @@ def get_job(job_id: str, session: SessionDep, settings: SettingsDep) -> dict[str
     response_model=JobOut,
     responses={403: {"description": "the job was submitted with another token"}},
 )
-def delete_job(job_id: str, session: SessionDep, token: SubmitToken) -> dict[str, Any]:
+def delete_job(job_id: str, session: SessionDep, token: SubmitToken) -> JobOut:
     """Cancel the job: unfinished tasks become cancelled; a finished job is left as it is.
     Only the token that submitted the job, or an admin token, may cancel it (403)."""
     job = _job(session, job_id)
     check_job_owner(job, token)
     cancel_job(session, job)
     session.commit()
-    return job_dict(session, job, with_problems=True)
+    return job_out(session, job)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response, status
 
@@ -12,13 +12,12 @@ from service.schemas.worker import (
     HeartbeatOut,
     LeaseOut,
     LeaseRequest,
-    LeaseTask,
     ResultsIn,
     ResultsOut,
 )
 from service.store.device_map import check_devices
 from service.store.models import ApiToken
-from service.store.queue import claim_task, heartbeat, incumbent_names
+from service.store.queue import claim_task, heartbeat, incumbent_names, lease_out
 from service.store.results import store_results
 from service.store.tokens import check_lease_owner, owned_worker
 
@@ -50,27 +49,7 @@ def lease_task(
     lease, task, job = claimed
     incumbents = incumbent_names(session, worker, job, task, body.device)
     session.commit()
-    assert task.lease_expires_at is not None  # claim_task sets it with the owner
-    return LeaseOut(
-        lease_id=lease.id,
-        expires_at=task.lease_expires_at,
-        task=LeaseTask.model_validate(
-            {
-                "task_id": task.id,
-                "job_id": job.id,
-                "op": job.op,
-                "dtype": job.dtype,
-                "layout": job.layout,
-                "problem": task.problem,
-                "device": job.device,
-                "strategy": job.strategy,
-                "budget": job.budget,
-                "objective": job.objective,
-                "seed": job.seed,
-                "incumbents": incumbents,
-            }
-        ),
-    )
+    return lease_out(lease, task, job, incumbents)
 
 
 @router.post(
@@ -109,7 +88,7 @@ def lease_heartbeat(
 )
 def lease_results(
     lease_id: str, body: ResultsIn, session: SessionDep, settings: SettingsDep, token: WorkerToken
-) -> dict[str, Any]:
+) -> ResultsOut:
     """Store a batch of measurements; ``final`` ends the task and upserts the best config in
     the same transaction. A retried batch adds no rows and gets the same answer."""
     check_lease_owner(session, lease_id, token)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy import select
@@ -13,9 +13,9 @@ from service.schemas.common import Backend, DType, Op, SafeStr
 from service.schemas.configs import MeasurementList
 from service.schemas.worker import Outcome
 from service.store.lookup import find_devices
+from service.store.measurements import measurement_out
 from service.store.models import Device, Measurement, Toolchain, Variant
 from service.store.validation import check_layout, parse_problem, query_dims, usable_id
-from service.store.views import measurement_dict
 
 __all__ = ["router"]
 
@@ -36,7 +36,7 @@ def list_measurements(
     backend: Backend | None = None,
     outcome: Outcome | None = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
-) -> dict[str, Any]:
+) -> MeasurementList:
     """By ``job_id``, or by ``op`` + ``dtype`` (+ ``layout``, ``device``) + the problem dims.
     Every outcome is listed; timed ones first by median."""
     query = (
@@ -69,6 +69,6 @@ def list_measurements(
     if outcome is not None:
         query = query.where(Measurement.outcome == outcome)
     rows = session.execute(query.order_by(Measurement.id).limit(limit)).all()
-    items = [measurement_dict(m, v, d, t) for m, v, d, t in rows]
-    items.sort(key=lambda item: (item["median_us"] is None, item["median_us"] or 0.0, item["id"]))
-    return {"measurements": items}
+    items = [measurement_out(m, v, d, t) for m, v, d, t in rows]
+    items.sort(key=lambda item: (item.median_us is None, item.median_us or 0.0, item.id))
+    return MeasurementList(measurements=items)

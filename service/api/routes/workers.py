@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, status
 from sqlalchemy import select
 
 from service.api.deps import SessionDep, SettingsDep, require_scope
-from service.schemas.devices import WorkerList
+from service.schemas.devices import WorkerEntry, WorkerList
 from service.schemas.worker import WorkerOut, WorkerRegister
 from service.store.device_map import check_devices
-from service.store.keys import device_row
+from service.store.keys import device_out, device_row
 from service.store.models import ApiToken, Device, Worker, WorkerDevice
-from service.store.views import device_dict
 
 __all__ = ["router"]
 
@@ -31,7 +30,7 @@ def register_worker(
     session: SessionDep,
     settings: SettingsDep,
     token: Annotated[ApiToken, Depends(require_scope("worker"))],
-) -> dict[str, Any]:
+) -> WorkerOut:
     """Register a worker and its devices. The worker is bound to this token: only it may
     lease, heartbeat and upload for the worker. Its host identity (``host``) decides whether
     its measurements can confirm another worker's winner (service.store.confirm). A token an
@@ -59,16 +58,16 @@ def register_worker(
             devices.append(device)
             session.add(WorkerDevice(worker_id=worker.id, device_id=device.id))
     session.commit()
-    return {
-        "id": worker.id,
-        "name": worker.name,
-        "devices": [device_dict(d) for d in devices],
-        "host_fingerprint": worker.host_fingerprint,
-    }
+    return WorkerOut(
+        id=worker.id,
+        name=worker.name,
+        devices=[device_out(d) for d in devices],
+        host_fingerprint=worker.host_fingerprint,
+    )
 
 
 @router.get("", response_model=WorkerList, dependencies=[Depends(require_scope("admin"))])
-def list_workers(session: SessionDep) -> dict[str, Any]:
+def list_workers(session: SessionDep) -> WorkerList:
     """Every registered worker with its token's name, its devices and the host identity it
     sent (admin): the hashed device ids a device map can pin (``key@uid``)."""
     workers = list(session.scalars(select(Worker).order_by(Worker.created_at, Worker.id)))
@@ -78,18 +77,18 @@ def list_workers(session: SessionDep) -> dict[str, Any]:
     ):
         devices.setdefault(worker_id, []).append(device)
     names: dict[int, str] = {i: n for i, n in session.execute(select(ApiToken.id, ApiToken.name))}
-    return {
-        "workers": [
-            {
-                "id": w.id,
-                "name": w.name,
-                "token_name": names.get(w.token_id) if w.token_id is not None else None,
-                "host_fingerprint": w.host_fingerprint,
-                "device_uids": list(w.device_uids or []),
-                "devices": [device_dict(d) for d in devices.get(w.id, [])],
-                "created_at": w.created_at,
-                "last_seen_at": w.last_seen_at,
-            }
+    return WorkerList(
+        workers=[
+            WorkerEntry(
+                id=w.id,
+                name=w.name,
+                token_name=names.get(w.token_id) if w.token_id is not None else None,
+                host_fingerprint=w.host_fingerprint,
+                device_uids=list(w.device_uids or []),
+                devices=[device_out(d) for d in devices.get(w.id, [])],
+                created_at=w.created_at,
+                last_seen_at=w.last_seen_at,
+            )
             for w in workers
         ]
-    }
+    )

@@ -1,4 +1,4 @@
-"""The rows the UI pages show, read through the store's views.
+"""The rows the UI pages show: the store's answer models, dumped to the dicts the templates read.
 
 Filters go to SQL; the rows of a page are taken after them, so no filter drops rows that a
 limit already cut (:class:`Page` says which rows of how many a page shows). Problems sort by
@@ -19,6 +19,9 @@ from sqlalchemy.orm import Session
 from service.api.ui.labels import natural_key, problem_sort_key
 from service.errors import NotFound
 from service.schemas.common import MAX_ROW_ID
+from service.store.jobs import job_out, job_summary
+from service.store.keys import device_out, toolchain_out
+from service.store.measurements import measurement_out
 from service.store.models import (
     BestConfig,
     ClientBestConfig,
@@ -30,9 +33,8 @@ from service.store.models import (
     Toolchain,
     Variant,
 )
-from service.store.queue import live_worker_devices, waiting_for, worker_live_seconds
+from service.store.queue import live_worker_devices, worker_live_seconds
 from service.store.validation import usable_id
-from service.store.views import device_dict, job_dict, measurement_dict, toolchain_dict
 
 __all__ = [
     "PAGE_SIZE",
@@ -85,10 +87,9 @@ class Page:
         return items[(self.number - 1) * self.size : self.number * self.size]
 
 
-def _waiting(session: Session, jobs: list[Job], lease_seconds: int) -> dict[str, str | None]:
-    """{job id: the API's ``waiting_for`` text} (store.queue.waiting_for)."""
-    live = live_worker_devices(session, worker_live_seconds(lease_seconds))
-    return {job.id: waiting_for(session, job, live) for job in jobs}
+def _live(session: Session, lease_seconds: int) -> list[Device]:
+    """The devices of the live workers: the API's ``waiting_for`` reads them."""
+    return live_worker_devices(session, worker_live_seconds(lease_seconds))
 
 
 def list_jobs(
@@ -109,14 +110,8 @@ def list_jobs(
         .offset((shown.number - 1) * shown.size)
         .limit(shown.size)
     )
-    jobs = list(session.scalars(query))
-    waiting = _waiting(session, jobs, lease_seconds)
-    bodies = []
-    for job in jobs:
-        body = job_dict(session, job, with_problems=False)
-        body["waiting_for"] = waiting[job.id]
-        bodies.append(body)
-    return bodies, shown
+    live = _live(session, lease_seconds)
+    return [job_summary(session, job, live).model_dump() for job in session.scalars(query)], shown
 
 
 def job_view(session: Session, job_id: str, lease_seconds: int) -> dict[str, Any]:
@@ -124,8 +119,7 @@ def job_view(session: Session, job_id: str, lease_seconds: int) -> dict[str, Any
     job = session.get(Job, job_id) if usable_id(job_id) else None
     if job is None:
         raise NotFound(f"job {job_id} not found")
-    body = job_dict(session, job, with_problems=True)
-    body["waiting_for"] = _waiting(session, [job], lease_seconds)[job.id]
+    body = job_out(session, job, _live(session, lease_seconds)).model_dump()
     body["problems"].sort(key=lambda p: problem_sort_key(p["problem"]))
     tasks = session.scalars(select(Task).where(Task.job_id == job.id))
     body["winner_ids"] = {t.id: t.winner_measurement_id for t in tasks}
@@ -145,7 +139,7 @@ def job_measurements(session: Session, job_id: str) -> list[dict[str, Any]]:
     ``id`` is the order they were measured in."""
     query = _measurement_rows(select(Measurement, Variant, Device, Toolchain))
     rows = session.execute(query.where(Measurement.job_id == job_id).order_by(Measurement.id))
-    items = [measurement_dict(m, v, d, t) for m, v, d, t in rows]
+    items = [measurement_out(m, v, d, t).model_dump() for m, v, d, t in rows]
     items.sort(
         key=lambda m: (
             problem_sort_key(m["problem"]),
@@ -164,7 +158,7 @@ def measurement_view(session: Session, measurement_id: int) -> dict[str, Any]:
     row = session.execute(query.where(Measurement.id == measurement_id)).first()
     if row is None:
         raise NotFound(f"measurement {measurement_id} not found")
-    return measurement_dict(*row)
+    return measurement_out(*row).model_dump()
 
 
 def _device_ids(session: Session, device_key: str) -> list[int]:
@@ -213,7 +207,7 @@ def best_rows(
     position = {best_id: index for index, best_id in enumerate(ids)}
     items = []
     for best, m, v, d, t in sorted(rows, key=lambda row: position[row[0].id]):
-        item = measurement_dict(m, v, d, t)
+        item = measurement_out(m, v, d, t).model_dump()
         item["updated_at"] = best.updated_at
         items.append(item)
     return items, shown
@@ -254,8 +248,8 @@ def client_best_rows(
                 "p20_us": m.p20_us,
                 "p80_us": m.p80_us,
                 "provenance": m.provenance,
-                "device": device_dict(d),
-                "toolchain": toolchain_dict(t),
+                "device": device_out(d).model_dump(),
+                "toolchain": toolchain_out(t).model_dump(),
                 "updated_at": best.updated_at,
             }
         )

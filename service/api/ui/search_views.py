@@ -1,5 +1,5 @@
 """What a tuning engineer looks at besides the winner (as in KTdashboard and Optuna's
-dashboard), from the measurement dicts of store.views:
+dashboard), from the measurement dicts of the UI's data (MeasurementOut dumped):
 
 - time against each parameter of one problem's candidates (:func:`param_scatters`): which
   values of a parameter are fast, which fail;

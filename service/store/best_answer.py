@@ -1,0 +1,109 @@
+"""A best config's answer (``BestConfigOut``) from a lookup's row (:mod:`service.store.lookup`:
+the row's columns are the best config, its measurement, variant, device, toolchain and the
+winner's artifact for the device's arch, read in one statement)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Row
+
+from service.schemas.artifacts import ArtifactRef
+from service.schemas.common import DeviceOut, ToolchainOut
+from service.schemas.configs import BestConfigOut
+from service.store.artifacts import artifact_ref
+
+__all__ = ["AnswerParts", "best_answer"]
+
+
+@dataclass
+class AnswerParts:
+    """The device and toolchain answer models built so far, by stored id: a batch names a few
+    of them many times, and each is built once."""
+
+    devices: dict[int, DeviceOut] = field(default_factory=dict)
+    toolchains: dict[int, ToolchainOut] = field(default_factory=dict)
+
+
+def _device(row: Row[Any], seen: AnswerParts) -> DeviceOut:
+    found = seen.devices.get(row.device_id)
+    if found is None:
+        found = seen.devices[row.device_id] = DeviceOut(
+            backend=row.backend,
+            name=row.device_name,
+            arch=row.arch,
+            sm_count=row.sm_count,
+            driver=row.driver,
+            runtime=row.runtime,
+            memory_bytes=row.memory_bytes,
+            key=f"{row.backend}:{row.device_name}:{row.arch}:{row.sm_count}",  # Device.key
+        )
+    return found
+
+
+def _toolchain(row: Row[Any], seen: AnswerParts) -> ToolchainOut:
+    found = seen.toolchains.get(row.toolchain_id)
+    if found is None:
+        found = seen.toolchains[row.toolchain_id] = ToolchainOut(
+            compiler=row.compiler,
+            template_version=row.template_version,
+            libraries=dict(row.libraries or {}),
+            key=row.toolchain_key,
+        )
+    return found
+
+
+def best_answer(
+    op: str,
+    dtype: str,
+    layout: str,
+    problem: dict[str, Any],
+    row: Row[Any],
+    exact: bool,
+    distance: float,
+    seen: AnswerParts,
+) -> BestConfigOut:
+    """The answer to a lookup of ``problem`` from the chosen row (``distance`` from it)."""
+    return BestConfigOut(
+        op=op,
+        dtype=dtype,
+        layout=layout,
+        problem=problem,
+        tuned_problem=row.problem,
+        exact=exact,
+        distance=round(distance, 6),
+        variant_id=row.variant_id,
+        variant_name=row.variant_name,
+        params=row.params,
+        median_us=row.median_us,
+        p20_us=row.p20_us,
+        p80_us=row.p80_us,
+        throughput=row.throughput,
+        throughput_unit=row.throughput_unit,
+        device=_device(row, seen),
+        toolchain=_toolchain(row, seen),
+        measured_at=row.measured_at,
+        confirmed=row.confirmed,
+        tie_set=list(row.tie_set or [row.variant_name]),
+        complete=row.unmeasured == 0,
+        unmeasured=row.unmeasured,
+        # best configs are kept for the time objective; energy winners stay on their jobs
+        objective="time",
+        energy_j=row.energy_j,
+        artifact=_artifact(row),
+    )
+
+
+def _artifact(row: Row[Any]) -> ArtifactRef | None:
+    """The winner's artifact for its arch and toolchain, if a worker uploaded one."""
+    if row.artifact_sha256 is None:
+        return None
+    return artifact_ref(
+        row.artifact_sha256,
+        row.artifact_size,
+        row.variant_id,
+        row.arch,
+        row.toolchain_key,
+        row.backend,
+    )
