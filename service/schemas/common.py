@@ -6,7 +6,6 @@ unknown fields so that an older client keeps working against a newer service.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from typing import Annotated, Any, Literal, get_args
@@ -20,11 +19,8 @@ from pydantic import (
     Strict,
 )
 
+from service.schemas.names import BackendName, DType, Objective, Op, StrategyName
 from service.schemas.text import TEXT_PATTERN, check_text
-from tuner.epilogues import EPILOGUES_OF_OP
-from tuner.problems import MAX_DIM, PROBLEM_TYPES, DType, Op, ReduceKind
-from tuner.registry import BackendName, StrategyName
-from tuner.types import Objective
 
 __all__ = [
     "RequestModel",
@@ -38,7 +34,6 @@ __all__ = [
     "TEXT_PATTERN",
     "JSON_OBJECT_MARK",
     "COMPLETE_DEVICE_SCHEMA",
-    "PROBLEM_SCHEMA",
     "COMPLETE_TOOLCHAIN_SCHEMA",
     "Op",
     "DType",
@@ -150,36 +145,6 @@ def _string_map(schema: dict[str, Any], max_length: int) -> None:
     schema["propertyNames"] = {"maxLength": max_length, "pattern": TEXT_PATTERN}
     schema["additionalProperties"] = text
 
-
-def _problem_schema() -> dict[str, Any]:
-    """JSON schema of a problem: the dims of one of the ops (which op is the request's)."""
-    shapes = []
-    for op, cls in PROBLEM_TYPES.items():
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        properties: dict[str, Any] = {
-            name: {"type": "integer", "minimum": 0 if name == "pad" else 1, "maximum": MAX_DIM}
-            for name in cls.dim_names
-        }
-        if op == "reduce":
-            properties["kind"] = {"type": "string", "enum": list(get_args(ReduceKind))}
-        if op in EPILOGUES_OF_OP:
-            properties["epilogue"] = {"type": "string", "enum": list(EPILOGUES_OF_OP[op])}
-        required = [name for name in properties if fields[name].default is dataclasses.MISSING]
-        shapes.append(
-            {
-                "title": f"{op} problem",
-                "type": "object",
-                "properties": properties,
-                "required": required,
-                "additionalProperties": False,
-            }
-        )
-    return {"anyOf": shapes}
-
-
-#: a problem's dims, as one of the ops takes them (the op is the request's; a product of dims
-#: over tuner.problems.MAX_ELEMENTS is refused too, which JSON Schema cannot say)
-PROBLEM_SCHEMA: dict[str, Any] = _problem_schema()
 
 #: a device whose key is complete (what an upload with measurements must name)
 COMPLETE_DEVICE_SCHEMA: dict[str, Any] = {

@@ -35,7 +35,7 @@ from service.schemas.common import (
     ToolchainFields,
 )
 from service.schemas.jobs import WinnerSummary
-from tuner.types import Outcome
+from service.schemas.names import Outcome
 
 __all__ = [
     "Outcome",
