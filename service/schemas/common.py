@@ -37,7 +37,7 @@ __all__ = [
     "COMPLETE_TOOLCHAIN_SCHEMA",
     "Op",
     "DType",
-    "Backend",
+    "BackendName",
     "StrategyName",
     "Objective",
     "JobStatus",
@@ -68,7 +68,6 @@ MAX_BUDGET_SECONDS = 7 * 24 * 3600.0
 #: provenance/params blobs larger than this are refused
 MAX_JSON_BYTES = 64 * 1024
 
-Backend = BackendName
 JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 JOB_STATUSES: tuple[str, ...] = get_args(JobStatus)
 #: a job or task in one of these states will not change any more
@@ -175,7 +174,7 @@ class ResponseModel(BaseModel):
 class DeviceSelector(RequestModel):
     """Which devices may run a job: backend equal, name a substring, arch equal."""
 
-    backend: Backend
+    backend: BackendName
     name: SafeStr | None = Field(default=None, min_length=1, max_length=200)
     arch: SafeStr | None = Field(default=None, min_length=1, max_length=64)
 
@@ -197,7 +196,7 @@ class DeviceFields(BaseModel):
     stored beside it. Blank key fields are allowed here (a failure report may not know its
     device); :class:`DeviceIn` requires them."""
 
-    backend: Backend
+    backend: BackendName
     name: SafeStr = Field(default="", max_length=200)
     arch: SafeStr = Field(default="", max_length=64)
     sm_count: JsonInt = Field(default=0, ge=0, le=1_000_000)

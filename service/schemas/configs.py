@@ -9,7 +9,7 @@ from pydantic import Field
 
 from service.schemas.artifacts import ArtifactRef
 from service.schemas.common import (
-    Backend,
+    BackendName,
     DeviceOut,
     DType,
     JsonDict,
@@ -91,7 +91,7 @@ class ConfigQuery(RequestModel):
     dtype: DType
     layout: SafeStr | None = Field(default=None, max_length=16)
     device: SafeStr | None = Field(default=None, max_length=300)
-    backend: Backend | None = None
+    backend: BackendName | None = None
     toolchain: SafeStr | None = Field(default=None, max_length=1000)
     problem: JsonDict
 

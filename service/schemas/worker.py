@@ -16,7 +16,7 @@ from service.schemas.common import (
     INTEGRAL,
     MAX_BUDGET_VARIANTS,
     MAX_LOG_CHARS,
-    Backend,
+    BackendName,
     BudgetOut,
     DeviceIn,
     DeviceOut,
@@ -114,7 +114,7 @@ class WorkerOut(ResponseModel):
 
 class LeaseRequest(RequestModel):
     worker_id: SafeStr = Field(min_length=1, max_length=64)
-    backends: list[Backend] = Field(default=["cpu"], min_length=1, max_length=4)
+    backends: list[BackendName] = Field(default=["cpu"], min_length=1, max_length=4)
     #: optional: lease only for this one of the worker's registered devices (a multi-GPU
     #: worker's slot asks for its own card); left out, any of the worker's devices matches
     device: DeviceIn | None = None

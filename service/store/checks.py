@@ -5,7 +5,8 @@ one definition of each rule, called by :mod:`service.store.results` and
 - a variant id names one variant: an id stored as another op, name or params is refused
   (:func:`variant_clash`), so no record can credit its time to someone else's variant;
 - the variant is one the op's space accepts for the problem on the measured device
-  (:func:`space_rejection`, :func:`tuner.verify.variant_rejection`; ``TUNEHUB_VERIFY_VARIANTS``);
+  (:func:`space_rejection`, :func:`tuner.acceptance.variant_rejection`;
+  ``TUNEHUB_VERIFY_VARIANTS``);
 - timings are ordered (min <= p20 <= median <= p80; the request models check it,
   :func:`service.schemas.worker.timing_order_error`);
 - with verify, a variant id is what the engine makes it: sha256 hex of the rendered source,
@@ -22,8 +23,8 @@ from typing import Any
 from service.schemas.artifacts import SHA256_PATTERN
 from service.store.bounds import impossible_reason, rates_of
 from service.store.models import Device, Variant
+from tuner.acceptance import canonical_params, variant_rejection
 from tuner.problems import Problem
-from tuner.verify import canonical_params, variant_rejection
 
 __all__ = ["variant_clash", "space_rejection", "variant_id_error", "impossible"]
 

@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 from service.errors import Conflict
 from service.schemas.worker import MeasurementIn, ResultsIn
 from service.store.models import Device, Measurement, Toolchain, Variant
+from tuner.acceptance import canonical_params
 from tuner.types import Toolchain as ToolchainKey
-from tuner.verify import canonical_params
 
 __all__ = ["COMPARED_FIELDS", "count_replays"]
 

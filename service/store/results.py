@@ -224,7 +224,7 @@ def store_results(
     with other content under a variant the lease stored is a Conflict
     (:mod:`service.store.replays`). The device must be one the
     lease's worker registered, and with ``verify`` every variant one the op's space accepts
-    for the problem on that device (:func:`tuner.verify.variant_rejection`). Raises NotFound
+    for the problem on that device (:func:`tuner.acceptance.variant_rejection`). Raises NotFound
     (unknown lease), Conflict (lease lost, new measurements after the final one, or a retry
     that differs) or InvalidInput.
     Commits nothing; the caller commits once, so the batch and the upsert land together.
