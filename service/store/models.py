@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from sqlalchemy import (
     JSON,
@@ -26,7 +26,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+from service.schemas.measurement import MeasuredValues, max_length, plain_type
 
 __all__ = [
     "Base",
@@ -50,6 +52,45 @@ __all__ = [
     "VariantBuild",
     "Artifact",
 ]
+
+
+#: a measured value's Python type -> its column type (text: String of its max_length)
+_COLUMN_TYPES: dict[type, type[TypeEngine[Any]]] = {float: Float, int: BigInteger}
+
+
+def _measured_columns() -> type:
+    """The ``measurements`` columns of the measurement's field set (MeasuredValues), mapped
+    here and nowhere else: a float is a Float, an int a BigInteger, text a String of its
+    max_length; a value that may be None is a nullable column; defaults are the model's."""
+    columns: dict[str, Any] = {}
+    for name, field in MeasuredValues.model_fields.items():
+        kinds = set(get_args(plain_type(field.annotation))) or {plain_type(field.annotation)}
+        nullable = type(None) in kinds
+        (kind,) = kinds - {type(None)}
+        column_type = String(max_length(field)) if kind is str else _COLUMN_TYPES[kind]()
+        columns[name] = mapped_column(column_type, nullable=nullable, default=field.default)
+    return type("MeasuredColumns", (), columns)
+
+
+if TYPE_CHECKING:
+
+    class MeasuredColumns:
+        """The type checker's view of the columns code reads as attributes (the columns
+        themselves are made from the field set: a new value needs a line here only where
+        code reads it as ``measurement.<name>`` rather than by name)."""
+
+        median_us: Mapped[float | None]
+        p20_us: Mapped[float | None]
+        p80_us: Mapped[float | None]
+        min_us: Mapped[float | None]
+        reps: Mapped[int | None]
+        throughput: Mapped[float | None]
+        throughput_unit: Mapped[str]
+        compile_seconds: Mapped[float | None]
+        energy_j: Mapped[float | None]
+
+else:
+    MeasuredColumns = _measured_columns()
 
 
 def utcnow() -> datetime:
@@ -230,7 +271,7 @@ class Variant(Base):
     params: Mapped[dict[str, Any]] = mapped_column()
 
 
-class Measurement(Base):
+class Measurement(MeasuredColumns, Base):
     __tablename__ = "measurements"
     __table_args__ = (
         Index("ix_measurements_problem", "op", "dtype", "layout", "problem_key", "device_id"),
@@ -254,16 +295,7 @@ class Measurement(Base):
     device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
     toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
     outcome: Mapped[str] = mapped_column(String(32))
-    median_us: Mapped[float | None] = mapped_column(Float, default=None)
-    p20_us: Mapped[float | None] = mapped_column(Float, default=None)
-    p80_us: Mapped[float | None] = mapped_column(Float, default=None)
-    min_us: Mapped[float | None] = mapped_column(Float, default=None)
-    reps: Mapped[int | None] = mapped_column(BigInteger, default=None)
-    throughput: Mapped[float | None] = mapped_column(Float, default=None)
-    throughput_unit: Mapped[str] = mapped_column(String(32), default="")
-    compile_seconds: Mapped[float | None] = mapped_column(Float, default=None)
-    #: joules per launch (objective energy); None where the backend has no counter
-    energy_j: Mapped[float | None] = mapped_column(Float, default=None)
+    # median_us ... energy_j: the measured values, one column each (MeasuredColumns)
     log: Mapped[str] = mapped_column(Text, default="")
     provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
     suspect: Mapped[bool] = mapped_column(Boolean, default=False)

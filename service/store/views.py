@@ -8,6 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.schemas.common import FINISHED_STATUSES
+from service.schemas.measurement import MEASURED_FIELDS
 from service.store.keys import same_best_key
 from service.store.models import (
     ApiToken,
@@ -86,15 +87,7 @@ def measurement_dict(
         "variant_name": variant.name,
         "params": variant.params,
         "outcome": measurement.outcome,
-        "median_us": measurement.median_us,
-        "p20_us": measurement.p20_us,
-        "p80_us": measurement.p80_us,
-        "min_us": measurement.min_us,
-        "reps": measurement.reps,
-        "throughput": measurement.throughput,
-        "throughput_unit": measurement.throughput_unit,
-        "compile_seconds": measurement.compile_seconds,
-        "energy_j": measurement.energy_j,
+        **{name: getattr(measurement, name) for name in MEASURED_FIELDS},
         "log": measurement.log,
         "provenance": measurement.provenance,
         "suspect": measurement.suspect,
