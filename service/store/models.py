@@ -1,7 +1,8 @@
 """SQLAlchemy 2 models. Every schema change is an Alembic migration (migrations/versions).
 
-Keys (DESIGN.md): a device is backend + name + arch + sm_count; a toolchain is its key text;
-a problem is op + dtype + layout + canonical problem key; a variant is the sha256 of its source.
+Keys, what decides "the same" (service/store/keys.py makes them): a device is backend + name +
+arch + sm_count; a toolchain is its key text; a problem is op + dtype + layout + canonical
+problem key; a variant is the sha256 of its source.
 """
 
 from __future__ import annotations
