@@ -94,6 +94,22 @@ else:
     MeasuredColumns = _measured_columns()
 
 
+class ResultKeyColumns:
+    """A result's key and its problem: what a measurement and a best config both carry."""
+
+    op: Mapped[str] = mapped_column(String(16))
+    dtype: Mapped[str] = mapped_column(String(8))
+    layout: Mapped[str] = mapped_column(String(16))
+    problem: Mapped[dict[str, Any]] = mapped_column()
+    problem_key: Mapped[str] = mapped_column(Text)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
+
+
+#: what makes two results "the same" (one best config each); measurements carry these columns too
+BEST_CONFIG_KEY = ("op", "dtype", "layout", "problem_key", "device_id", "toolchain_id")
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -272,7 +288,7 @@ class Variant(Base):
     params: Mapped[dict[str, Any]] = mapped_column()
 
 
-class Measurement(MeasuredColumns, Base):
+class Measurement(ResultKeyColumns, MeasuredColumns, Base):
     __tablename__ = "measurements"
     __table_args__ = (
         Index("ix_measurements_problem", "op", "dtype", "layout", "problem_key", "device_id"),
@@ -288,13 +304,7 @@ class Measurement(MeasuredColumns, Base):
         ForeignKey("jobs.id", ondelete="SET NULL"), default=None, index=True
     )
     variant_id: Mapped[str] = mapped_column(ForeignKey("variants.id"))
-    op: Mapped[str] = mapped_column(String(16))
-    dtype: Mapped[str] = mapped_column(String(8))
-    layout: Mapped[str] = mapped_column(String(16))
-    problem: Mapped[dict[str, Any]] = mapped_column()
-    problem_key: Mapped[str] = mapped_column(Text)
-    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
-    toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
+    # op ... toolchain_id: the result's key (ResultKeyColumns)
     outcome: Mapped[str] = mapped_column(String(32))
     # median_us ... energy_j: the measured values, one column each (MeasuredColumns)
     log: Mapped[str] = mapped_column(Text, default="")
@@ -306,22 +316,12 @@ class Measurement(MeasuredColumns, Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
-#: what makes two results "the same" (one best config each); measurements carry these columns too
-BEST_CONFIG_KEY = ("op", "dtype", "layout", "problem_key", "device_id", "toolchain_id")
-
-
-class BestConfig(Base):
+class BestConfig(ResultKeyColumns, Base):
     __tablename__ = "best_configs"
     __table_args__ = (UniqueConstraint(*BEST_CONFIG_KEY, name="uq_best_configs_key"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    op: Mapped[str] = mapped_column(String(16))
-    dtype: Mapped[str] = mapped_column(String(8))
-    layout: Mapped[str] = mapped_column(String(16))
-    problem: Mapped[dict[str, Any]] = mapped_column()
-    problem_key: Mapped[str] = mapped_column(Text)
-    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
-    toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
+    # op ... toolchain_id: the result's key (ResultKeyColumns)
     measurement_id: Mapped[int] = mapped_column(ForeignKey("measurements.id"))
     #: another host (another machine and physical device, same device key) re-measured the
     #: winner in the tie band (service.store.confirm)

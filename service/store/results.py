@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from service.errors import Conflict, InvalidInput
 from service.schemas.worker import MeasurementIn, ResultsIn
 from service.store.best import decide_winner, incumbents_of, upsert_best
-from service.store.checks import impossible, space_rejection, variant_clash, variant_id_error
+from service.store.checks import impossible, variant_clash, variant_id_error
 from service.store.confirm import queue_confirmation, refresh_key
 from service.store.keys import (
     device_row,
@@ -38,6 +38,7 @@ from service.store.queue import held_task, refresh_job_status
 from service.store.replays import count_replays
 from service.store.validation import usable_id
 from service.store.views import winner_dict
+from tuner.acceptance import variant_rejection
 from tuner.problems import problem_from_dict
 
 __all__ = ["store_results"]
@@ -89,7 +90,7 @@ def _check_variants(
             raise InvalidInput([*loc, "variant_id"], clash)
         if not verify:
             continue
-        reason = space_rejection(
+        reason = variant_rejection(
             job.op,
             body.device.backend,
             job.dtype,
@@ -101,7 +102,7 @@ def _check_variants(
             pruned_ok=item.outcome == "pruned",
         )
         if reason is not None:
-            raise InvalidInput([*loc, "variant_name"], reason)
+            raise InvalidInput([*loc, "variant_name"], f"{item.variant_name!r}: {reason}")
 
 
 def _check_registered(session: Session, worker_id: str, device_id: int, body: ResultsIn) -> None:
