@@ -93,6 +93,12 @@ def test_the_agent_replays_and_export_read_the_set_by_name() -> None:
     }
     assert measurement_in(result).model_dump(include=MEASURED) == values
     assert set(replays.COMPARED_FIELDS) == MEASURED | RUN
+    # what a re-timing replaces: a chosen subset, named from the same set
+    from service.agent import uploads
+    from service.store import results
+
+    assert set(uploads._TIMING) <= MEASURED | RUN
+    assert set(results._RETIMED_FIELDS) <= MEASURED | RUN
 
 
 #: run inside the scratch copy, where one field (clock_mhz) was added in three files
