@@ -23,7 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tuner.backends.cuda import CudaBackend  # noqa: E402
-from tuner.engine import candidate_params, pick_winner  # noqa: E402
+from tuner.engine import candidate_params, winning_result  # noqa: E402
 from tuner.problems import ReduceProblem, SoftmaxProblem  # noqa: E402
 from tuner.reference import ELEMENT_SIZE  # noqa: E402
 from tuner.registry import load_space  # noqa: E402
@@ -192,7 +192,7 @@ def main() -> int:
         if op == "reduce":
             shape["kind"] = "sum"
         results = measure_problem(backend, arch, op, args.dtype, shape, variants[(op, args.dtype)])
-        winner = pick_winner(results, config.tie_band)
+        winner = winning_result(results, config.tie_band)
         problem = ReduceProblem(**shape) if op == "reduce" else SoftmaxProblem(**shape)
         baseline = backend.request(
             {

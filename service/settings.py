@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     #: measured again); a further one is refused with 409
     max_artifacts_per_lease: int = Field(default=4, ge=1, le=1000)
     #: refuse uploaded measurements whose variant the op's space does not accept for the
-    #: problem and device (tuner.verify); off only for tests that upload synthetic variants
+    #: problem and device (tuner.acceptance); off only for tests that upload synthetic variants
     verify_variants: bool = True
     #: 2: every job without its own ``confirm`` asks a second worker to re-measure winners
     confirm: int = Field(default=1, ge=1, le=2)

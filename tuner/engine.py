@@ -53,7 +53,7 @@ __all__ = [
     "TuneObserver",
     "BatchRunner",
     "tune",
-    "pick_winner",
+    "winning_result",
     "decide_winner",
     "candidate_params",
 ]
@@ -129,13 +129,13 @@ def decide_winner(
     )
 
 
-def pick_winner(
+def winning_result(
     results: Sequence[BenchResult],
     tie_band: float,
     objective: Objective = "time",
     incumbents: Collection[str] = (),
 ) -> BenchResult | None:
-    """The winner of :func:`decide_winner` (None when nothing verified)."""
+    """The winning result of :func:`decide_winner` (None when nothing verified)."""
     return decide_winner(results, tie_band, objective, incumbents).winner
 
 

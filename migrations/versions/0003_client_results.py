@@ -2,7 +2,7 @@
 drop-in), kept apart from the worker-verified tables.
 
 Revision ID: 0003
-Revises: 0001 (on main it follows "0002" of issue 8: the lead sets down_revision when merging)
+Revises: 0001 (no revision 0002 was ever merged)
 Create Date: 2026-12-03
 """
 

@@ -3,9 +3,10 @@
     agent = WorkerAgent(TunehubClient(url, token), EngineConfig(cache_dir=...), backends=("cpu",))
     agent.run_forever(stop_event)      # or agent.run_once() -> bool (did it run a task?)
 
-This is the only place that joins ``tuner`` and the service: a GPU host needs a URL and a
-worker token, never database credentials. ``tunehub serve`` runs the same agent in a thread
-against its own API (the local worker).
+The agent is the only part of the service that runs the engine (the store and the API import
+only tuner's values and rules: problems, the winner rule, variant acceptance, capabilities);
+a GPU host needs a URL and a worker token, never database credentials. ``tunehub serve`` runs
+the same agent in a thread against its own API (the local worker).
 
 While a task runs, heartbeats report progress (at most once a second) and a thread keeps
 the lease alive during long compiles (every few seconds); the server's

@@ -1,8 +1,8 @@
 """The engine's values as the API's models (and back): the only conversion the agent needs.
 
 The agent builds the same pydantic models the routes read (:mod:`service.schemas`), so what
-it sends is validated before it leaves the host; the fields of a device or a toolchain are
-named once, by those models.
+it sends is validated before it leaves the host; the fields of a device, a toolchain or a
+measurement are named once, by those models.
 """
 
 from __future__ import annotations
@@ -13,15 +13,25 @@ from typing import Any
 
 from service.schemas.artifacts import VariantBuildIn
 from service.schemas.common import MAX_LOG_CHARS, DeviceIn
+from service.schemas.measurement import MEASURED_FIELDS
 from service.schemas.worker import HostIdentity, LeaseTask, MeasurementIn, ToolchainReport
 from tuner.host import HostInfo
 from tuner.problems import problem_from_dict
-from tuner.types import BenchResult, Budget, BuildRecord, DeviceInfo, Toolchain, TuneRequest
+from tuner.types import (
+    BenchResult,
+    Budget,
+    BuildRecord,
+    DeviceInfo,
+    Timing,
+    Toolchain,
+    TuneRequest,
+)
 
 __all__ = [
     "device_in",
     "host_in",
     "toolchain_report",
+    "measured_values",
     "measurement_in",
     "request_from_task",
     "build_in",
@@ -64,27 +74,30 @@ def _positive(value: float | None) -> float | None:
     return value if value is None or value > 0 else None
 
 
+def measured_values(result: BenchResult) -> dict[str, Any]:
+    """The measured values (:data:`~service.schemas.measurement.MEASURED_FIELDS`) read off the
+    result and its timing by name (no timing: no times); times must be > 0, others finite."""
+    source = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    for f in dataclasses.fields(Timing):
+        source[f.name] = getattr(result.timing, f.name) if result.timing else None
+    return {
+        name: _positive(source[name]) if name.endswith("_us") else _finite(source[name])
+        for name in MEASURED_FIELDS
+    }
+
+
 def measurement_in(result: BenchResult) -> MeasurementIn:
-    timing = result.timing
-    median = _positive(timing.median_us) if timing else None
+    measured = measured_values(result)
     outcome = result.outcome.value
-    if outcome == "ok" and median is None:  # cannot happen with a sane backend; keep it data
+    if outcome == "ok" and measured["median_us"] is None:  # not from a sane backend: data
         outcome = "runtime_error"
     return MeasurementIn.model_validate(
         {
+            **measured,
             "variant_id": result.variant_id,
             "variant_name": result.variant_name,
             "params": _finite(dict(result.params)),
             "outcome": outcome,
-            "median_us": median,
-            "p20_us": _positive(timing.p20_us) if timing else None,
-            "p80_us": _positive(timing.p80_us) if timing else None,
-            "min_us": _positive(timing.min_us) if timing else None,
-            "reps": timing.reps if timing else None,
-            "throughput": _finite(result.throughput),
-            "throughput_unit": result.throughput_unit,
-            "compile_seconds": _finite(result.compile_seconds),
-            "energy_j": _finite(result.energy_j),
             "log": result.log[-MAX_LOG_CHARS:],
             "provenance": _finite(dict(result.provenance)),
             "suspect": bool(result.suspect),

@@ -17,6 +17,7 @@ declared on the routes themselves.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from typing import Any, get_args
@@ -29,10 +30,10 @@ from service.api.deps import require_read, require_read_async
 from service.schemas.client_results import CLIENT_KEY_SCHEMA
 from service.schemas.common import JSON_OBJECT_MARK, TEXT_PATTERN
 from service.settings import Settings
-from tuner.epilogues import EPILOGUES
+from tuner.epilogues import EPILOGUES, EPILOGUES_OF_OP
 from tuner.problems import MAX_DIM, PROBLEM_TYPES, ReduceKind
 
-__all__ = ["install_openapi", "allowed_methods", "api_routes", "ERROR_SCHEMA"]
+__all__ = ["install_openapi", "allowed_methods", "api_routes", "problem_schema", "ERROR_SCHEMA"]
 
 ERROR_SCHEMA: dict[str, Any] = {
     "title": "ErrorOut",
@@ -55,6 +56,18 @@ _ARTIFACT_UPLOAD = "/v1/leases/{lease_id}/artifacts/{variant_id}"
 _DIM_QUERY_PATHS = ("/v1/configs/best", "/v1/measurements")
 
 
+#: the problems of a job (``JobCreate.problems``): the schema's home is here, beside the
+#: query dims, because the schemas import nothing of tuner (whose problems define the dims)
+_JOB_PROBLEMS = ("JobCreate", "problems")
+
+
+def _dim_schema(name: str) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 0 if name == "pad" else 1, "maximum": MAX_DIM}
+
+
+_KIND_SCHEMA: dict[str, Any] = {"type": "string", "enum": list(get_args(ReduceKind))}
+
+
 def _dim_parameters() -> list[dict[str, Any]]:
     """Every problem dim of every op as an optional query parameter (which ones a query
     needs depends on its op: the 422 names a missing or unknown one)."""
@@ -65,7 +78,7 @@ def _dim_parameters() -> list[dict[str, Any]]:
             "in": "query",
             "required": False,
             "description": "a problem dim of the ops that have it",
-            "schema": {"type": "integer", "minimum": 0 if name == "pad" else 1, "maximum": MAX_DIM},
+            "schema": _dim_schema(name),
         }
         for name in names
     ]
@@ -75,7 +88,7 @@ def _dim_parameters() -> list[dict[str, Any]]:
             "in": "query",
             "required": False,
             "description": "reduce only",
-            "schema": {"type": "string", "enum": list(get_args(ReduceKind))},
+            "schema": dict(_KIND_SCHEMA),
         }
     )
     parameters.append(
@@ -89,6 +102,31 @@ def _dim_parameters() -> list[dict[str, Any]]:
         }
     )
     return parameters
+
+
+def problem_schema() -> dict[str, Any]:
+    """JSON schema of a problem: the dims of one of the ops (which op is the request's; a
+    product of dims over tuner.problems.MAX_ELEMENTS is refused too, which JSON Schema
+    cannot say)."""
+    shapes = []
+    for op, cls in PROBLEM_TYPES.items():
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        properties: dict[str, Any] = {name: _dim_schema(name) for name in cls.dim_names}
+        if op == "reduce":
+            properties["kind"] = dict(_KIND_SCHEMA)
+        if op in EPILOGUES_OF_OP:
+            properties["epilogue"] = {"type": "string", "enum": list(EPILOGUES_OF_OP[op])}
+        required = [name for name in properties if fields[name].default is dataclasses.MISSING]
+        shapes.append(
+            {
+                "title": f"{op} problem",
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": False,
+            }
+        )
+    return {"anyOf": shapes}
 
 
 _JSON_OBJECT_REF = {"$ref": "#/components/schemas/JsonObject"}
@@ -183,6 +221,8 @@ def _document(schema: dict[str, Any], app: FastAPI, settings: Settings) -> None:
     components = schema.setdefault("components", {})
     components["schemas"] = _json_objects(components.get("schemas", {}))
     components["schemas"].update({"ErrorOut": ERROR_SCHEMA, **_JSON_SCHEMAS})
+    model, field = _JOB_PROBLEMS
+    components["schemas"][model]["properties"][field]["items"] = problem_schema()
     components.setdefault("securitySchemes", {}).setdefault(
         _BEARER, {"type": "http", "scheme": "bearer", "description": "an API token: th_..."}
     )

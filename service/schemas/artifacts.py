@@ -7,8 +7,8 @@
     BuildUploadOut     PUT /v1/leases/{id}/builds/{variant}: the stored record
 
 An artifact exports the tunehub C ABI (``tunehub_can_run``, ``tunehub_workspace_bytes``,
-``tunehub_run``, ``tunehub_describe``; :data:`tuner.types.ABI_VERSION`), is keyed by variant
-id, arch and toolchain, and is content-addressed by its sha256.
+``tunehub_run``, ``tunehub_describe``; :data:`~service.schemas.names.ABI_VERSION`), is keyed
+by variant id, arch and toolchain, and is content-addressed by its sha256.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from service.schemas.common import RequestModel, ResponseModel, SafeStr
-from tuner.types import ABI_VERSION
+from service.schemas.names import ABI_VERSION
 
 __all__ = [
     "ABI_VERSION",

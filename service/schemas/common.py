@@ -6,7 +6,6 @@ unknown fields so that an older client keeps working against a newer service.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from typing import Annotated, Any, Literal, get_args
@@ -20,11 +19,8 @@ from pydantic import (
     Strict,
 )
 
+from service.schemas.names import BackendName, DType, Objective, Op, StrategyName
 from service.schemas.text import TEXT_PATTERN, check_text
-from tuner.epilogues import EPILOGUES_OF_OP
-from tuner.problems import MAX_DIM, PROBLEM_TYPES, DType, Op, ReduceKind
-from tuner.registry import BackendName, StrategyName
-from tuner.types import Objective
 
 __all__ = [
     "RequestModel",
@@ -38,11 +34,10 @@ __all__ = [
     "TEXT_PATTERN",
     "JSON_OBJECT_MARK",
     "COMPLETE_DEVICE_SCHEMA",
-    "PROBLEM_SCHEMA",
     "COMPLETE_TOOLCHAIN_SCHEMA",
     "Op",
     "DType",
-    "Backend",
+    "BackendName",
     "StrategyName",
     "Objective",
     "JobStatus",
@@ -73,7 +68,6 @@ MAX_BUDGET_SECONDS = 7 * 24 * 3600.0
 #: provenance/params blobs larger than this are refused
 MAX_JSON_BYTES = 64 * 1024
 
-Backend = BackendName
 JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 JOB_STATUSES: tuple[str, ...] = get_args(JobStatus)
 #: a job or task in one of these states will not change any more
@@ -151,36 +145,6 @@ def _string_map(schema: dict[str, Any], max_length: int) -> None:
     schema["additionalProperties"] = text
 
 
-def _problem_schema() -> dict[str, Any]:
-    """JSON schema of a problem: the dims of one of the ops (which op is the request's)."""
-    shapes = []
-    for op, cls in PROBLEM_TYPES.items():
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        properties: dict[str, Any] = {
-            name: {"type": "integer", "minimum": 0 if name == "pad" else 1, "maximum": MAX_DIM}
-            for name in cls.dim_names
-        }
-        if op == "reduce":
-            properties["kind"] = {"type": "string", "enum": list(get_args(ReduceKind))}
-        if op in EPILOGUES_OF_OP:
-            properties["epilogue"] = {"type": "string", "enum": list(EPILOGUES_OF_OP[op])}
-        required = [name for name in properties if fields[name].default is dataclasses.MISSING]
-        shapes.append(
-            {
-                "title": f"{op} problem",
-                "type": "object",
-                "properties": properties,
-                "required": required,
-                "additionalProperties": False,
-            }
-        )
-    return {"anyOf": shapes}
-
-
-#: a problem's dims, as one of the ops takes them (the op is the request's; a product of dims
-#: over tuner.problems.MAX_ELEMENTS is refused too, which JSON Schema cannot say)
-PROBLEM_SCHEMA: dict[str, Any] = _problem_schema()
-
 #: a device whose key is complete (what an upload with measurements must name)
 COMPLETE_DEVICE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -210,7 +174,7 @@ class ResponseModel(BaseModel):
 class DeviceSelector(RequestModel):
     """Which devices may run a job: backend equal, name a substring, arch equal."""
 
-    backend: Backend
+    backend: BackendName
     name: SafeStr | None = Field(default=None, min_length=1, max_length=200)
     arch: SafeStr | None = Field(default=None, min_length=1, max_length=64)
 
@@ -232,7 +196,7 @@ class DeviceFields(BaseModel):
     stored beside it. Blank key fields are allowed here (a failure report may not know its
     device); :class:`DeviceIn` requires them."""
 
-    backend: Backend
+    backend: BackendName
     name: SafeStr = Field(default="", max_length=200)
     arch: SafeStr = Field(default="", max_length=64)
     sm_count: JsonInt = Field(default=0, ge=0, le=1_000_000)

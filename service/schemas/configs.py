@@ -9,7 +9,7 @@ from pydantic import Field
 
 from service.schemas.artifacts import ArtifactRef
 from service.schemas.common import (
-    Backend,
+    BackendName,
     DeviceOut,
     DType,
     JsonDict,
@@ -19,6 +19,7 @@ from service.schemas.common import (
     SafeStr,
     ToolchainOut,
 )
+from service.schemas.measurement import MeasuredValuesOut
 
 __all__ = [
     "MAX_QUERIES",
@@ -91,7 +92,7 @@ class ConfigQuery(RequestModel):
     dtype: DType
     layout: SafeStr | None = Field(default=None, max_length=16)
     device: SafeStr | None = Field(default=None, max_length=300)
-    backend: Backend | None = None
+    backend: BackendName | None = None
     toolchain: SafeStr | None = Field(default=None, max_length=1000)
     problem: JsonDict
 
@@ -112,7 +113,10 @@ class ConfigQueryResults(ResponseModel):
     results: list[ConfigQueryResult]
 
 
-class MeasurementOut(ResponseModel):
+class MeasurementOut(MeasuredValuesOut):
+    """A stored measurement: its measured values (:mod:`service.schemas.measurement`), the
+    key it was measured under, and what the run said."""
+
     id: int
     job_id: str | None
     task_id: str | None
@@ -124,15 +128,6 @@ class MeasurementOut(ResponseModel):
     variant_name: str
     params: dict[str, Any]
     outcome: str
-    median_us: float | None
-    p20_us: float | None
-    p80_us: float | None
-    min_us: float | None
-    reps: int | None
-    throughput: float | None
-    throughput_unit: str
-    compile_seconds: float | None
-    energy_j: float | None = None
     log: str
     provenance: dict[str, Any]
     suspect: bool

@@ -9,7 +9,6 @@ from pydantic import Field, Strict, ValidationInfo, field_validator, model_valid
 
 from service.schemas.common import (
     INTEGRAL,
-    PROBLEM_SCHEMA,
     BudgetIn,
     BudgetOut,
     DeviceSelector,
@@ -23,7 +22,7 @@ from service.schemas.common import (
     SafeStr,
     StrategyName,
 )
-from tuner.problems import LAYOUTS
+from service.schemas.names import LAYOUTS
 
 __all__ = [
     "MAX_PROBLEMS_PER_JOB",
@@ -45,11 +44,8 @@ class JobCreate(RequestModel):
     op: Op
     dtype: DType
     layout: SafeStr | None = None
-    problems: list[JsonDict] = Field(
-        min_length=1,
-        max_length=MAX_PROBLEMS_PER_JOB,
-        json_schema_extra={"items": PROBLEM_SCHEMA},
-    )
+    #: each the dims of the op (the OpenAPI document says them per op: service.api.openapi)
+    problems: list[JsonDict] = Field(min_length=1, max_length=MAX_PROBLEMS_PER_JOB)
     device: DeviceSelector
     strategy: StrategyName = "exhaustive"
     budget: BudgetIn = Field(default_factory=BudgetIn)

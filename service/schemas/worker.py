@@ -8,15 +8,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, Strict, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from service.schemas.common import (
     COMPLETE_DEVICE_SCHEMA,
     COMPLETE_TOOLCHAIN_SCHEMA,
-    INTEGRAL,
     MAX_BUDGET_VARIANTS,
     MAX_LOG_CHARS,
-    Backend,
+    BackendName,
     BudgetOut,
     DeviceIn,
     DeviceOut,
@@ -35,7 +34,8 @@ from service.schemas.common import (
     ToolchainFields,
 )
 from service.schemas.jobs import WinnerSummary
-from tuner.types import Outcome
+from service.schemas.measurement import MeasuredValues, timing_order_error
+from service.schemas.names import Outcome
 
 __all__ = [
     "Outcome",
@@ -63,26 +63,6 @@ MEDIAN_WHEN_OK: dict[str, Any] = {
     "if": {"properties": {"outcome": {"const": "ok"}}},
     "then": {"required": ["median_us"], "properties": {"median_us": {"type": "number"}}},
 }
-
-
-#: relative slack of the timing order (quantiles of one sample set are ordered; floats round)
-_ORDER_SLACK = 1e-9
-
-
-def timing_order_error(
-    median_us: float | None, p20_us: float | None, p80_us: float | None, min_us: float | None
-) -> str | None:
-    """Why the given timings are not ordered min <= p20 <= median <= p80 (None: they are).
-    Every upload, client result and import checks it (one sample set gives them all)."""
-    named = (("min_us", min_us), ("p20_us", p20_us), ("median_us", median_us), ("p80_us", p80_us))
-    chain = [(name, value) for name, value in named if value is not None]
-    for (low, x), (high, y) in zip(chain, chain[1:], strict=False):
-        if x > y * (1 + _ORDER_SLACK):
-            return (
-                f"{low} ({x:g}) is above {high} ({y:g}): timings of one sample set are ordered "
-                "min <= p20 <= median <= p80"
-            )
-    return None
 
 
 class HostIdentity(RequestModel):
@@ -114,7 +94,7 @@ class WorkerOut(ResponseModel):
 
 class LeaseRequest(RequestModel):
     worker_id: SafeStr = Field(min_length=1, max_length=64)
-    backends: list[Backend] = Field(default=["cpu"], min_length=1, max_length=4)
+    backends: list[BackendName] = Field(default=["cpu"], min_length=1, max_length=4)
     #: optional: lease only for this one of the worker's registered devices (a multi-GPU
     #: worker's slot asks for its own card); left out, any of the worker's devices matches
     device: DeviceIn | None = None
@@ -156,8 +136,9 @@ class HeartbeatOut(ResponseModel):
     cancelled: bool
 
 
-class MeasurementIn(RequestModel):
-    """One variant's result (a :class:`tuner.types.BenchResult` flattened)."""
+class MeasurementIn(RequestModel, MeasuredValues):
+    """One variant's result (a :class:`tuner.types.BenchResult` flattened): the measured
+    values (:class:`~service.schemas.measurement.MeasuredValues`) and what the run said."""
 
     model_config = ConfigDict(json_schema_extra={**MEDIAN_WHEN_OK})
 
@@ -165,16 +146,6 @@ class MeasurementIn(RequestModel):
     variant_name: SafeStr = Field(min_length=1, max_length=300)
     params: JsonDict
     outcome: Outcome
-    median_us: float | None = Field(default=None, gt=0, le=1e12)
-    p20_us: float | None = Field(default=None, gt=0, le=1e12)
-    p80_us: float | None = Field(default=None, gt=0, le=1e12)
-    min_us: float | None = Field(default=None, gt=0, le=1e12)
-    reps: Annotated[int, Strict(), Field(ge=0, le=2**53), INTEGRAL] | None = None
-    throughput: float | None = Field(default=None, ge=0, le=1e15)
-    throughput_unit: SafeStr = Field(default="", max_length=32)
-    compile_seconds: float | None = Field(default=None, ge=0, le=1e7)
-    #: joules per launch over the timed batches (NVML energy counter); None without one
-    energy_j: float | None = Field(default=None, ge=0, le=1e9)
     #: long logs are cut to their last MAX_LOG_CHARS characters, not refused
     log: SafeStr = ""
     provenance: JsonDict = Field(default_factory=dict)
@@ -187,9 +158,6 @@ class MeasurementIn(RequestModel):
     def _ok_has_time(self) -> MeasurementIn:
         if self.outcome == "ok" and self.median_us is None:
             raise ValueError("median_us is required when outcome is 'ok'")
-        reason = timing_order_error(self.median_us, self.p20_us, self.p80_us, self.min_us)
-        if reason is not None:
-            raise ValueError(reason)
         if len(self.log) > MAX_LOG_CHARS:
             self.log = self.log[-MAX_LOG_CHARS:]
         return self

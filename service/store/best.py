@@ -28,7 +28,7 @@ from tuner import winner as winner_rule
 __all__ = [
     "UpsertOutcome",
     "decide_winner",
-    "pick_winner",
+    "winning_measurement",
     "replaces_stored",
     "upsert_best",
     "is_record",
@@ -58,10 +58,10 @@ def decide_winner(
     )
 
 
-def pick_winner(
+def winning_measurement(
     measurements: Sequence[Measurement], names: dict[str, str], objective: str = "time"
 ) -> Measurement | None:
-    """The winner of :func:`decide_winner` without incumbents, or None."""
+    """The winning stored measurement of :func:`decide_winner` without incumbents, or None."""
     return decide_winner(measurements, names, objective).winner
 
 

@@ -5,7 +5,8 @@ one definition of each rule, called by :mod:`service.store.results` and
 - a variant id names one variant: an id stored as another op, name or params is refused
   (:func:`variant_clash`), so no record can credit its time to someone else's variant;
 - the variant is one the op's space accepts for the problem on the measured device
-  (:func:`space_rejection`, :func:`tuner.verify.variant_rejection`; ``TUNEHUB_VERIFY_VARIANTS``);
+  (:func:`tuner.acceptance.variant_rejection`, its reason prefixed with the variant's name;
+  ``TUNEHUB_VERIFY_VARIANTS``);
 - timings are ordered (min <= p20 <= median <= p80; the request models check it,
   :func:`service.schemas.worker.timing_order_error`);
 - with verify, a variant id is what the engine makes it: sha256 hex of the rendered source,
@@ -22,10 +23,10 @@ from typing import Any
 from service.schemas.artifacts import SHA256_PATTERN
 from service.store.bounds import impossible_reason, rates_of
 from service.store.models import Device, Variant
+from tuner.acceptance import canonical_params
 from tuner.problems import Problem
-from tuner.verify import canonical_params, variant_rejection
 
-__all__ = ["variant_clash", "space_rejection", "variant_id_error", "impossible"]
+__all__ = ["variant_clash", "variant_id_error", "impossible"]
 
 _SHA256 = re.compile(SHA256_PATTERN)
 
@@ -41,25 +42,6 @@ def variant_clash(stored: Variant | None, op: str, name: str, params: dict[str, 
     ):
         return f"variant {stored.id} is stored as {stored.op} {stored.name!r} with other params"
     return None
-
-
-def space_rejection(
-    op: str,
-    backend: str,
-    dtype: str,
-    layout: str,
-    arch: str,
-    problem: Problem,
-    params: dict[str, Any],
-    name: str,
-    *,
-    pruned_ok: bool = False,
-) -> str | None:
-    """Why the op's space on (backend, arch) does not accept the variant for ``problem``."""
-    reason = variant_rejection(
-        op, backend, dtype, layout, arch, problem, params, name, pruned_ok=pruned_ok
-    )
-    return None if reason is None else f"{name!r}: {reason}"
 
 
 def variant_id_error(variant_id: str) -> str | None:

@@ -30,11 +30,12 @@ from service.errors import InvalidInput
 from service.schemas.configs import ImportRefusal, ImportSummary
 from service.schemas.messages import validation_message
 from service.store.best import upsert_best
-from service.store.checks import impossible, space_rejection, variant_clash, variant_id_error
+from service.store.checks import impossible, variant_clash, variant_id_error
 from service.store.keys import device_row, ensure_variants, toolchain_row
 from service.store.models import BestConfig, Device, Measurement, Toolchain, Variant, utcnow
 from service.store.transfer import ExportRecord
 from service.store.validation import check_layout, parse_problem
+from tuner.acceptance import variant_rejection
 from tuner.problems import Problem
 from tuner.types import Toolchain as ToolchainKey
 
@@ -118,7 +119,7 @@ def _checked(session: Session, record: ExportRecord, number: int, verify: bool) 
     if clash is not None:
         raise _Refused([*at, "variant", "id"], clash)
     if verify:
-        reason = space_rejection(
+        reason = variant_rejection(
             record.op,
             device.backend,
             record.dtype,
@@ -129,7 +130,7 @@ def _checked(session: Session, record: ExportRecord, number: int, verify: bool) 
             variant.name,
         )
         if reason is not None:
-            raise _Refused([*at, "variant", "name"], reason)
+            raise _Refused([*at, "variant", "name"], f"{variant.name!r}: {reason}")
     return problem
 
 

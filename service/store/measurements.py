@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from service.schemas.configs import MeasurementOut
+from service.schemas.measurement import MEASURED_FIELDS
 from service.store.keys import device_out, toolchain_out
 from service.store.models import Device, Measurement, Toolchain, Variant
 
@@ -24,15 +25,7 @@ def measurement_out(
         variant_name=variant.name,
         params=variant.params,
         outcome=measurement.outcome,
-        median_us=measurement.median_us,
-        p20_us=measurement.p20_us,
-        p80_us=measurement.p80_us,
-        min_us=measurement.min_us,
-        reps=measurement.reps,
-        throughput=measurement.throughput,
-        throughput_unit=measurement.throughput_unit,
-        compile_seconds=measurement.compile_seconds,
-        energy_j=measurement.energy_j,
+        **{name: getattr(measurement, name) for name in MEASURED_FIELDS},
         log=measurement.log,
         provenance=measurement.provenance,
         suspect=measurement.suspect,

@@ -1,14 +1,15 @@
 """SQLAlchemy 2 models. Every schema change is an Alembic migration (migrations/versions).
 
-Keys (DESIGN.md): a device is backend + name + arch + sm_count; a toolchain is its key text;
-a problem is op + dtype + layout + canonical problem key; a variant is the sha256 of its source.
+Keys, what decides "the same" (service/store/keys.py makes them): a device is backend + name +
+arch + sm_count; a toolchain is its key text; a problem is op + dtype + layout + canonical
+problem key; a variant is the sha256 of its source.
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from sqlalchemy import (
     JSON,
@@ -26,7 +27,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+from service.schemas.measurement import MeasuredValues, max_length, plain_type
 
 __all__ = [
     "Base",
@@ -50,6 +53,61 @@ __all__ = [
     "VariantBuild",
     "Artifact",
 ]
+
+
+#: a measured value's Python type -> its column type (text: String of its max_length)
+_COLUMN_TYPES: dict[type, type[TypeEngine[Any]]] = {float: Float, int: BigInteger}
+
+
+def _measured_columns() -> type:
+    """The ``measurements`` columns of the measurement's field set (MeasuredValues), mapped
+    here and nowhere else: a float is a Float, an int a BigInteger, text a String of its
+    max_length; a value that may be None is a nullable column; defaults are the model's."""
+    columns: dict[str, Any] = {}
+    for name, field in MeasuredValues.model_fields.items():
+        kinds = set(get_args(plain_type(field.annotation))) or {plain_type(field.annotation)}
+        nullable = type(None) in kinds
+        (kind,) = kinds - {type(None)}
+        column_type = String(max_length(field)) if kind is str else _COLUMN_TYPES[kind]()
+        columns[name] = mapped_column(column_type, nullable=nullable, default=field.default)
+    return type("MeasuredColumns", (), columns)
+
+
+if TYPE_CHECKING:
+
+    class MeasuredColumns:
+        """The type checker's view of the columns code reads as attributes (the columns
+        themselves are made from the field set: a new value needs a line here only where
+        code reads it as ``measurement.<name>`` rather than by name)."""
+
+        median_us: Mapped[float | None]
+        p20_us: Mapped[float | None]
+        p80_us: Mapped[float | None]
+        min_us: Mapped[float | None]
+        reps: Mapped[int | None]
+        throughput: Mapped[float | None]
+        throughput_unit: Mapped[str]
+        compile_seconds: Mapped[float | None]
+        energy_j: Mapped[float | None]
+
+else:
+    MeasuredColumns = _measured_columns()
+
+
+class ResultKeyColumns:
+    """A result's key and its problem: what a measurement and a best config both carry."""
+
+    op: Mapped[str] = mapped_column(String(16))
+    dtype: Mapped[str] = mapped_column(String(8))
+    layout: Mapped[str] = mapped_column(String(16))
+    problem: Mapped[dict[str, Any]] = mapped_column()
+    problem_key: Mapped[str] = mapped_column(Text)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
+
+
+#: what makes two results "the same" (one best config each); measurements carry these columns too
+BEST_CONFIG_KEY = ("op", "dtype", "layout", "problem_key", "device_id", "toolchain_id")
 
 
 def utcnow() -> datetime:
@@ -230,7 +288,7 @@ class Variant(Base):
     params: Mapped[dict[str, Any]] = mapped_column()
 
 
-class Measurement(Base):
+class Measurement(ResultKeyColumns, MeasuredColumns, Base):
     __tablename__ = "measurements"
     __table_args__ = (
         Index("ix_measurements_problem", "op", "dtype", "layout", "problem_key", "device_id"),
@@ -246,24 +304,9 @@ class Measurement(Base):
         ForeignKey("jobs.id", ondelete="SET NULL"), default=None, index=True
     )
     variant_id: Mapped[str] = mapped_column(ForeignKey("variants.id"))
-    op: Mapped[str] = mapped_column(String(16))
-    dtype: Mapped[str] = mapped_column(String(8))
-    layout: Mapped[str] = mapped_column(String(16))
-    problem: Mapped[dict[str, Any]] = mapped_column()
-    problem_key: Mapped[str] = mapped_column(Text)
-    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
-    toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
+    # op ... toolchain_id: the result's key (ResultKeyColumns)
     outcome: Mapped[str] = mapped_column(String(32))
-    median_us: Mapped[float | None] = mapped_column(Float, default=None)
-    p20_us: Mapped[float | None] = mapped_column(Float, default=None)
-    p80_us: Mapped[float | None] = mapped_column(Float, default=None)
-    min_us: Mapped[float | None] = mapped_column(Float, default=None)
-    reps: Mapped[int | None] = mapped_column(BigInteger, default=None)
-    throughput: Mapped[float | None] = mapped_column(Float, default=None)
-    throughput_unit: Mapped[str] = mapped_column(String(32), default="")
-    compile_seconds: Mapped[float | None] = mapped_column(Float, default=None)
-    #: joules per launch (objective energy); None where the backend has no counter
-    energy_j: Mapped[float | None] = mapped_column(Float, default=None)
+    # median_us ... energy_j: the measured values, one column each (MeasuredColumns)
     log: Mapped[str] = mapped_column(Text, default="")
     provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
     suspect: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -273,22 +316,12 @@ class Measurement(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
-#: what makes two results "the same" (one best config each); measurements carry these columns too
-BEST_CONFIG_KEY = ("op", "dtype", "layout", "problem_key", "device_id", "toolchain_id")
-
-
-class BestConfig(Base):
+class BestConfig(ResultKeyColumns, Base):
     __tablename__ = "best_configs"
     __table_args__ = (UniqueConstraint(*BEST_CONFIG_KEY, name="uq_best_configs_key"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    op: Mapped[str] = mapped_column(String(16))
-    dtype: Mapped[str] = mapped_column(String(8))
-    layout: Mapped[str] = mapped_column(String(16))
-    problem: Mapped[dict[str, Any]] = mapped_column()
-    problem_key: Mapped[str] = mapped_column(Text)
-    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
-    toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
+    # op ... toolchain_id: the result's key (ResultKeyColumns)
     measurement_id: Mapped[int] = mapped_column(ForeignKey("measurements.id"))
     #: another host (another machine and physical device, same device key) re-measured the
     #: winner in the tie band (service.store.confirm)

@@ -16,29 +16,16 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict
+from service.schemas.measurement import MEASURED_FIELDS
 from service.schemas.worker import MeasurementIn, ResultsIn
 from service.store.models import Device, Measurement, Toolchain, Variant
+from tuner.acceptance import canonical_params
 from tuner.types import Toolchain as ToolchainKey
-from tuner.verify import canonical_params
 
 __all__ = ["COMPARED_FIELDS", "count_replays"]
 
 #: what a replay repeats exactly (MeasurementIn's stored fields)
-COMPARED_FIELDS = (
-    "outcome",
-    "median_us",
-    "p20_us",
-    "p80_us",
-    "min_us",
-    "reps",
-    "throughput",
-    "throughput_unit",
-    "compile_seconds",
-    "energy_j",
-    "log",
-    "provenance",
-    "suspect",
-)
+COMPARED_FIELDS = ("outcome", *MEASURED_FIELDS, "log", "provenance", "suspect")
 
 
 def _differences(

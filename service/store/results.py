@@ -16,7 +16,7 @@ from service.errors import Conflict, InvalidInput
 from service.schemas.jobs import WinnerSummary
 from service.schemas.worker import MeasurementIn, ResultsIn, ResultsOut
 from service.store.best import decide_winner, incumbents_of, upsert_best
-from service.store.checks import impossible, space_rejection, variant_clash, variant_id_error
+from service.store.checks import impossible, variant_clash, variant_id_error
 from service.store.confirm import queue_confirmation, refresh_key
 from service.store.jobs import winner_summary
 from service.store.keys import (
@@ -39,6 +39,7 @@ from service.store.models import (
 from service.store.queue import held_task, refresh_job_status
 from service.store.replays import count_replays
 from service.store.validation import usable_id
+from tuner.acceptance import variant_rejection
 from tuner.problems import problem_from_dict
 
 __all__ = ["store_results"]
@@ -90,7 +91,7 @@ def _check_variants(
             raise InvalidInput([*loc, "variant_id"], clash)
         if not verify:
             continue
-        reason = space_rejection(
+        reason = variant_rejection(
             job.op,
             body.device.backend,
             job.dtype,
@@ -102,7 +103,7 @@ def _check_variants(
             pruned_ok=item.outcome == "pruned",
         )
         if reason is not None:
-            raise InvalidInput([*loc, "variant_name"], reason)
+            raise InvalidInput([*loc, "variant_name"], f"{item.variant_name!r}: {reason}")
 
 
 def _check_registered(session: Session, worker_id: str, device_id: int, body: ResultsIn) -> None:
@@ -219,7 +220,7 @@ def store_results(
     with other content under a variant the lease stored is a Conflict
     (:mod:`service.store.replays`). The device must be one the
     lease's worker registered, and with ``verify`` every variant one the op's space accepts
-    for the problem on that device (:func:`tuner.verify.variant_rejection`). Raises NotFound
+    for the problem on that device (:func:`tuner.acceptance.variant_rejection`). Raises NotFound
     (unknown lease), Conflict (lease lost, new measurements after the final one, or a retry
     that differs) or InvalidInput.
     Commits nothing; the caller commits once, so the batch and the upsert land together.

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -35,7 +35,8 @@ from service.schemas.common import (
     RequestModel,
     SafeStr,
 )
-from service.schemas.worker import ToolchainIn, timing_order_error
+from service.schemas.measurement import MEASURED_FIELDS, MeasuredValues
+from service.schemas.worker import ToolchainIn
 from service.store.keys import device_out, toolchain_out
 from service.store.models import BestConfig, Device, Measurement, Toolchain, Variant
 
@@ -48,26 +49,15 @@ class VariantRecord(RequestModel):
     params: JsonDict
 
 
-class MeasurementRecord(RequestModel):
+class MeasurementRecord(RequestModel, MeasuredValues):
+    """An exported winner's measurement: its measured values (verified: a median), how it
+    was measured, when."""
+
     outcome: Literal["ok"]
     median_us: float = Field(gt=0, le=1e12)
-    p20_us: float | None = Field(default=None, gt=0, le=1e12)
-    p80_us: float | None = Field(default=None, gt=0, le=1e12)
-    min_us: float | None = Field(default=None, gt=0, le=1e12)
-    reps: int | None = Field(default=None, ge=0, le=2**53)
-    throughput: float | None = Field(default=None, ge=0, le=1e15)
-    throughput_unit: SafeStr = Field(default="", max_length=32)
-    compile_seconds: float | None = Field(default=None, ge=0, le=1e7)
     provenance: JsonDict = Field(default_factory=dict)
     suspect: JsonBool = False
     created_at: datetime | None = None
-
-    @model_validator(mode="after")
-    def _ordered(self) -> MeasurementRecord:
-        reason = timing_order_error(self.median_us, self.p20_us, self.p80_us, self.min_us)
-        if reason is not None:
-            raise ValueError(reason)
-        return self
 
 
 class ExportRecord(RequestModel):
@@ -114,14 +104,7 @@ def export_lines(session: Session) -> Iterator[str]:
             "unmeasured": best.unmeasured,
             "measurement": {
                 "outcome": m.outcome,
-                "median_us": m.median_us,
-                "p20_us": m.p20_us,
-                "p80_us": m.p80_us,
-                "min_us": m.min_us,
-                "reps": m.reps,
-                "throughput": m.throughput,
-                "throughput_unit": m.throughput_unit,
-                "compile_seconds": m.compile_seconds,
+                **{name: getattr(m, name) for name in MEASURED_FIELDS},
                 "provenance": m.provenance,
                 "suspect": m.suspect,
                 "created_at": m.created_at.isoformat(),

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tuner.acceptance import variant_rejection
 from tuner.backends.cuda import CudaBackend
 from tuner.engine import candidate_params
 from tuner.problems import Conv2dProblem
@@ -16,7 +17,6 @@ from tuner.spaces import cuda_conv2d_cublaslt as convlt
 from tuner.spaces import cuda_conv2d_cudnn as dnn
 from tuner.spaces.cuda_conv2d import CudaConv2dSpace
 from tuner.types import CompileResult, EngineConfig, TuneRequest
-from tuner.verify import variant_rejection
 
 FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)
 POINTWISE = Conv2dProblem(1, 56, 56, 64, 256, 1, 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tuner.acceptance import variant_rejection
 from tuner.backends.cuda import CudaBackend
 from tuner.engine import candidate_params
 from tuner.errors import InvalidRequestError
@@ -13,7 +14,6 @@ from tuner.render import render_variant
 from tuner.spaces import cuda_conv2d_cudnn as dnn
 from tuner.spaces.cuda_conv2d import DEFAULT_MAX_VARIANTS, CudaConv2dSpace
 from tuner.types import CompileResult, EngineConfig, TuneRequest
-from tuner.verify import variant_rejection
 
 FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)
 #: what the discovery build writes for engine configs (heuristic modes A, INSTANT, B, fallback)

@@ -11,7 +11,7 @@ import pytest
 from tests.tuner.cpu_helpers import quick_config
 from tuner.backends.cpu import CpuBackend
 from tuner.capabilities import Capabilities
-from tuner.engine import candidate_params, pick_winner, tune
+from tuner.engine import candidate_params, tune, winning_result
 from tuner.errors import InvalidRequestError, NoVariantsError
 from tuner.problems import ReduceProblem, SoftmaxProblem
 from tuner.types import BenchResult, Budget, Outcome, Timing, TuneRequest
@@ -105,12 +105,12 @@ def test_bad_dtype_is_invalid_request(backend: CpuBackend) -> None:
         tune(request, backend, backend.config)
 
 
-def test_pick_winner_breaks_ties_by_name() -> None:
+def test_winning_result_breaks_ties_by_name() -> None:
     def result(name: str, median: float, outcome: Outcome = Outcome.OK) -> BenchResult:
         return BenchResult(name, name, {}, outcome, Timing(median, median, median, median, 5))
 
     results = [result("b", 10.0), result("a", 10.1), result("c", 5.0, Outcome.WRONG_RESULT)]
-    winner = pick_winner(results, tie_band=0.02)
+    winner = winning_result(results, tie_band=0.02)
     assert winner is not None and winner.variant_name == "a"
 
 
@@ -171,13 +171,13 @@ def test_energy_winner_is_the_least_energy_verified_variant(cache_dir: Path) -> 
     assert result.winner.variant_name == metered.seen[-1]
 
 
-def test_pick_winner_energy_skips_unmetered_and_unverified() -> None:
+def test_winning_result_energy_skips_unmetered_and_unverified() -> None:
     def result(name: str, energy: float | None, outcome: Outcome = Outcome.OK) -> BenchResult:
         timing = Timing(1.0, 1.0, 1.0, 1.0, 5)
         return BenchResult(name, name, {}, outcome, timing, energy_j=energy)
 
     results = [result("a", 3.0), result("b", None), result("c", 0.5, Outcome.WRONG_RESULT)]
     results.append(result("d", 2.0))
-    winner = pick_winner(results, tie_band=0.02, objective="energy")
+    winner = winning_result(results, tie_band=0.02, objective="energy")
     assert winner is not None and winner.variant_name == "d"
-    assert pick_winner([result("b", None)], tie_band=0.02, objective="energy") is None
+    assert winning_result([result("b", None)], tie_band=0.02, objective="energy") is None

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.tuner.cpu_helpers import module_backend
+from tuner.acceptance import variant_rejection
 from tuner.backends.cpu import CpuBackend
 from tuner.engine import candidate_params, tune
 from tuner.epilogues import CONV2D_EPILOGUES, EPILOGUES, GEMM_EPILOGUES
@@ -19,7 +20,6 @@ from tuner.reference import apply_epilogue, from_storage, make_inputs, reference
 from tuner.spaces.cpu_conv2d import CpuConv2dSpace
 from tuner.spaces.cpu_gemm import CpuGemmSpace
 from tuner.types import Budget, Outcome, TuneRequest
-from tuner.verify import variant_rejection
 
 ARCH = "x86_64-avx2"
 

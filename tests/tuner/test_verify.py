@@ -1,4 +1,4 @@
-"""tuner.verify: a reported variant must be one the op's space accepts for the problem."""
+"""tuner.acceptance: a reported variant must be one the op's space accepts for the problem."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from tuner.acceptance import canonical_params, variant_rejection
 from tuner.problems import problem_from_dict
 from tuner.registry import load_space
-from tuner.verify import canonical_params, variant_rejection
 
 GEMM = problem_from_dict("gemm", {"m": 4096, "n": 4096, "k": 4096})
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from service.store.best import pick_winner as store_pick
-from tuner.engine import pick_winner as engine_pick
+from service.store.best import winning_measurement as store_pick
+from tuner.engine import winning_result as engine_pick
 from tuner.types import BenchResult, Outcome, Timing
 from tuner.winner import (
     CPU_SHARE_KEY,

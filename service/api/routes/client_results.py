@@ -25,7 +25,7 @@ from service.schemas.client_results import (
     ClientResultsIn,
     ClientResultsOut,
 )
-from service.schemas.common import Backend, SafeStr
+from service.schemas.common import BackendName, SafeStr
 from service.store.client_results import find_client_best, store_client_results
 from service.store.models import ApiToken
 
@@ -76,7 +76,7 @@ def client_best(
         SafeStr, Query(max_length=8192, description="the autotune key as a JSON object")
     ],
     device: Annotated[SafeStr | None, Query(max_length=300)] = None,
-    backend: Backend | None = None,
+    backend: BackendName | None = None,
     toolchain: Annotated[SafeStr | None, Query(max_length=1000)] = None,
 ) -> Response:
     """The winner for ``key`` on ``device`` (a device key or part of a name)."""

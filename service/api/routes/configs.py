@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from service.api.caching import conditional, etag_of
 from service.api.deps import SessionDep, require_read, require_read_async, require_scope
 from service.errors import InvalidInput, RequestError
-from service.schemas.common import Backend, DType, Op, SafeStr
+from service.schemas.common import BackendName, DType, Op, SafeStr
 from service.schemas.configs import (
     BestConfigOut,
     ConfigQueryBatch,
@@ -62,7 +62,7 @@ async def best_config(
     dtype: DType,
     layout: Annotated[SafeStr | None, Query(max_length=16)] = None,
     device: Annotated[SafeStr | None, Query(max_length=300)] = None,
-    backend: Backend | None = None,
+    backend: BackendName | None = None,
     toolchain: Annotated[SafeStr | None, Query(max_length=1000)] = None,
 ) -> Response:
     """The winner for a problem given as query dims (``m=&n=&k=``, ``kind=`` for reduce).

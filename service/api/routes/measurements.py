@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from service.api.deps import SessionDep, require_read
 from service.errors import InvalidInput
-from service.schemas.common import Backend, DType, Op, SafeStr
+from service.schemas.common import BackendName, DType, Op, SafeStr
 from service.schemas.configs import MeasurementList
 from service.schemas.worker import Outcome
 from service.store.lookup import find_devices
@@ -33,7 +33,7 @@ def list_measurements(
     dtype: DType | None = None,
     layout: Annotated[SafeStr | None, Query(max_length=16)] = None,
     device: Annotated[SafeStr | None, Query(max_length=300)] = None,
-    backend: Backend | None = None,
+    backend: BackendName | None = None,
     outcome: Outcome | None = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
 ) -> MeasurementList:
