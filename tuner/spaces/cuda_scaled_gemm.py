@@ -1,0 +1,314 @@
+"""FP8 GEMM with scales (``scaled_gemm``) on CUDA: three families, one space.
+
+    space = CudaScaledGemmSpace()
+    space.enumerate("e4m3", "rcr", "sm_90")      # CUTLASS and decode params, stable order
+    space.prune(params, ScaledGemmProblem(8, 4096, 4096), "e4m3", "rcr")
+
+- ``cublaslt_fp8`` (library ``cublaslt``): cuBLASLt's FP8 algorithms, discovered per shape by a
+  build of ``scaled_gemm_cublaslt.cu.j2`` (the heuristic's list, best first: the vendor default
+  ``torch._scaled_mm`` calls is its first), named by their attributes as the f16 family is
+  (:mod:`tuner.spaces.cuda_gemm_cublaslt`). Block scaling uses cuBLASLt 13's
+  ``CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F`` (weights) and ``VEC128_32F`` (activations).
+- ``sm90_fp8`` (library ``cutlass``): CUTLASS 3.x warp-specialized TMA + wgmma kernels, tile x
+  cluster x schedule (cooperative, ping-pong) x accumulation (per-tensor: ``fast``, the wgmma
+  accumulator alone, or ``promoted`` into f32 every K tile; block scaling: CUTLASS's
+  ``...FP8BlockScaledAccum`` kernels, groupwise 1x128x128) x raster.
+- ``decode_fp8`` (library ``tunehub``): ours, for m <= 16: each warp streams rows of the FP8
+  weights in 16-byte vectors and dequantizes in registers (``scaled_gemm_decode.cu.j2``).
+
+Every params dict names ``out_dtype`` and ``scaling``: a variant is built for one of each (one
+compile serves every m, n, k) and ``prune`` keeps those of the problem's.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from tuner.errors import InvalidRequestError
+from tuner.problems import SCALED_GEMM_OUT_DTYPES, SCALINGS, Problem, ScaledGemmProblem
+from tuner.spaces import cuda_gemm_cublaslt as lt
+from tuner.spaces._cutlass_common import SM90_SMEM_BYTES, sm_number
+from tuner.spaces._vendor_discovery import Discovery, VendorDiscoverySpace
+from tuner.spaces.base import Params
+
+__all__ = ["CudaScaledGemmSpace", "FAMILIES", "LIBRARIES", "DECODE_MAX_M", "DEFAULT_MAX_VARIANTS"]
+
+LT_FAMILY = "cublaslt_fp8"
+LT_DISCOVERY_FAMILY = "cublaslt_fp8_discover"
+SM90_FAMILY = "sm90_fp8"
+DECODE_FAMILY = "decode_fp8"
+FAMILIES = (LT_FAMILY, SM90_FAMILY, DECODE_FAMILY)
+LIBRARIES = {LT_FAMILY: "cublaslt", SM90_FAMILY: "cutlass", DECODE_FAMILY: "tunehub"}
+_TEMPLATES = {
+    LT_FAMILY: "cuda/scaled_gemm_cublaslt.cu.j2",
+    LT_DISCOVERY_FAMILY: "cuda/scaled_gemm_cublaslt.cu.j2",
+    SM90_FAMILY: "cuda/scaled_gemm_sm90.cu.j2",
+    DECODE_FAMILY: "cuda/scaled_gemm_decode.cu.j2",
+}
+DEFAULT_MAX_VARIANTS = 16
+#: the decode family runs where m is at most this (its largest m tile)
+DECODE_MAX_M = 16
+
+_SM90_TILE_M = (64, 128, 256)
+_SM90_TILE_N = (64, 128, 256)
+#: FP8 wgmma takes K 32 per instruction; 128 bytes of K per stage row is TMA's swizzle width
+_SM90_TILE_K = (128,)
+_SM90_CLUSTERS = ((1, 1), (2, 1), (1, 2))
+_SM90_SCHEDULES = ("coop", "pingpong")
+_SM90_ACCUMS = ("fast", "promoted")
+_SM90_RASTERS = ("auto", "m", "n")
+_MAX_ACCUMULATORS_PER_THREAD = 128
+_TMA_EPILOGUE_SMEM = 16 * 1024
+
+_DECODE_M_TILES = (1, 2, 4, 8, 16)
+_DECODE_ROWS = (1, 2, 4)
+_DECODE_WARPS = (4, 8)
+_DECODE_UNROLLS = (2, 4)
+_DECODE_SPLITS = (1, 2, 4, 8)
+#: registers the decode kernel's accumulators (rows x m_tile) and loads in flight may take
+_DECODE_MAX_DATA_REGISTERS = 160
+_SM_COUNT = 132
+
+#: ``order``: the decode family first (after the vendor default) for m up to this
+_DECODE_HEAD_MAX_M = 16
+_DECODE_HEAD = 6
+_SM90_HEAD = 4
+
+
+def _sm90_reason(p: Params) -> str | None:
+    tm, tn, tk = p["tile_m"], p["tile_n"], p["tile_k"]
+    threads = 256 if p["schedule"] == "coop" else 128
+    if p["schedule"] == "coop" and tm < 128:
+        return "cooperative needs tile M >= 128"
+    if tm * tn // threads > _MAX_ACCUMULATORS_PER_THREAD:
+        return "tile holds too many accumulators per thread"
+    if 2 * (tm + tn) * tk + _TMA_EPILOGUE_SMEM > SM90_SMEM_BYTES:  # 1-byte FP8 stages
+        return "two pipeline stages do not fit in shared memory"
+    if p["scaling"] == "block":
+        if tn != 128:
+            return "block scaling's 128-wide weight blocks: tile N must be 128"
+        if p["accum"] != "promoted":
+            return "block-scaled kernels accumulate each K tile's partials in f32 (promoted)"
+    return None
+
+
+def _sm90_params() -> list[Params]:
+    out: list[Params] = []
+    for scaling, out_dtype, tm, tn, tk, (cm, cn), schedule, accum, raster in itertools.product(
+        SCALINGS,
+        SCALED_GEMM_OUT_DTYPES,
+        _SM90_TILE_M,
+        _SM90_TILE_N,
+        _SM90_TILE_K,
+        _SM90_CLUSTERS,
+        _SM90_SCHEDULES,
+        _SM90_ACCUMS,
+        _SM90_RASTERS,
+    ):
+        params: Params = {
+            "library": "cutlass",
+            "family": SM90_FAMILY,
+            "out_dtype": out_dtype,
+            "scaling": scaling,
+            "tile_m": tm,
+            "tile_n": tn,
+            "tile_k": tk,
+            "cluster_m": cm,
+            "cluster_n": cn,
+            "schedule": schedule,
+            "accum": accum,
+            "raster": raster,
+            "swizzle": 1,
+        }
+        if _sm90_reason(params) is None:
+            out.append(params)
+
+    def rank(p: Params) -> tuple[Any, ...]:
+        return (
+            p["raster"] != "auto",
+            abs(p["tile_m"] * p["tile_n"] - 128 * 256),
+            _SM90_ACCUMS.index(p["accum"]),
+            _SM90_SCHEDULES.index(p["schedule"]),
+            _SM90_CLUSTERS.index((p["cluster_m"], p["cluster_n"])),
+            p["tile_m"],
+        )
+
+    return sorted(out, key=rank)
+
+
+def _decode_registers(p: Params) -> int:
+    return p["rows"] * p["m_tile"] + p["unroll"] * p["rows"] * 4 + p["rows"] * 16 + 16
+
+
+def _decode_params() -> list[Params]:
+    out: list[Params] = []
+    for scaling, out_dtype, m_tile, rows, warps, unroll, splits in itertools.product(
+        SCALINGS,
+        SCALED_GEMM_OUT_DTYPES,
+        _DECODE_M_TILES,
+        _DECODE_ROWS,
+        _DECODE_WARPS,
+        _DECODE_UNROLLS,
+        _DECODE_SPLITS,
+    ):
+        params: Params = {
+            "library": "tunehub",
+            "family": DECODE_FAMILY,
+            "out_dtype": out_dtype,
+            "scaling": scaling,
+            "m_tile": m_tile,
+            "rows": rows,
+            "warps": warps,
+            "unroll": unroll,
+            "splits": splits,
+        }
+        if _decode_registers(params) <= _DECODE_MAX_DATA_REGISTERS:
+            out.append(params)
+    return out
+
+
+def _lt_reason(params: Mapping[str, Any]) -> str | None:
+    if params.get("out_dtype") not in SCALED_GEMM_OUT_DTYPES:
+        return f"out_dtype must be one of {SCALED_GEMM_OUT_DTYPES}"
+    if params.get("scaling") not in SCALINGS:
+        return f"scaling must be one of {SCALINGS}"
+    rest = {k: v for k, v in params.items() if k not in ("out_dtype", "scaling")}
+    return lt.invalid_reason({**rest, "family": lt.FAMILY})
+
+
+class _LtFp8:
+    """The cuBLASLt FP8 configs, as :class:`VendorDiscoverySpace` asks for them."""
+
+    def invalid_reason(self, params: Mapping[str, Any]) -> str | None:
+        if params.get("family") != LT_FAMILY:
+            return "not a cuBLASLt FP8 variant"
+        return _lt_reason(params)
+
+    def params_from_discovery(self, found: Iterable[Mapping[str, Any]]) -> list[Params]:
+        return [{**p, "family": LT_FAMILY} for p in lt.params_from_discovery(found)]
+
+
+class CudaScaledGemmSpace(VendorDiscoverySpace):
+    """FP8 GEMM with per-tensor or 128-block scales on sm_90 (see the module doc)."""
+
+    op = "scaled_gemm"
+    backend = "cuda"
+    template = "cuda/scaled_gemm_sm90.cu.j2"
+    vendor_library = "cublaslt"
+    vendor_configs = "cuBLASLt FP8 algorithms"
+    vendor = _LtFp8()
+    discovery_params: Params = {"family": LT_DISCOVERY_FAMILY}
+    requested_algos = 16
+    default_max_variants = DEFAULT_MAX_VARIANTS
+
+    def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
+        if dtype != "e4m3":
+            raise InvalidRequestError("dtype", f"scaled_gemm takes e4m3 inputs, not {dtype!r}")
+        if layout != "rcr":
+            raise InvalidRequestError("layout", f"scaled_gemm takes layout rcr, not {layout!r}")
+        if sm_number(arch) != 90:
+            raise InvalidRequestError(
+                "device.arch", f"the FP8 scaled_gemm templates are for sm_90 (Hopper), not {arch}"
+            )
+        return iter(_sm90_params() + _decode_params())
+
+    def discoveries(self, problem: Problem) -> list[Discovery]:
+        assert isinstance(problem, ScaledGemmProblem)
+        params = {**self.discovery_params, "out_dtype": problem.out_dtype}
+        params["scaling"] = problem.scaling
+        return [Discovery(params, self.discovery_library, self.requested_algos)]
+
+    def from_discovery(
+        self, found: list[dict[str, Any]], discovery: Discovery | None = None
+    ) -> list[Params]:
+        if discovery is None:
+            raise ValueError("the FP8 discovery's answer needs its build (out_dtype, scaling)")
+        tags = {"out_dtype": discovery.params["out_dtype"], "scaling": discovery.params["scaling"]}
+        return [
+            {"library": self.vendor_library, **p, **tags}
+            for p in self.vendor.params_from_discovery(found)
+        ]
+
+    def template_for(self, params: Params) -> str:
+        return _TEMPLATES[params["family"]]
+
+    def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
+        if not isinstance(problem, ScaledGemmProblem):
+            return "not a scaled_gemm problem"
+        for field in ("out_dtype", "scaling"):
+            if params.get(field) != getattr(problem, field):
+                return f"built for {field} {params.get(field)}, not {getattr(problem, field)}"
+        family = params.get("family")
+        if family == LT_FAMILY:
+            return _lt_reason({k: v for k, v in params.items() if k != "library"})
+        if family == DECODE_FAMILY:
+            if problem.m > params["m_tile"]:
+                return f"m={problem.m} is over the decode tile's {params['m_tile']} rows"
+            if params["m_tile"] >= 2 * problem.m and params["m_tile"] > 1:
+                return f"m={problem.m} fills under half of the {params['m_tile']}-row tile"
+            vectors = problem.k // 16
+            if params["splits"] > 1 and vectors < params["splits"] * 32 * params["unroll"]:
+                return f"k={problem.k} is too short to split {params['splits']} ways"
+            return None
+        if family == SM90_FAMILY and problem.n % 8:
+            return f"n={problem.n} is not a multiple of 8 (16-byte output rows)"
+        return None
+
+    def order(
+        self, candidates: list[Params], problem: Problem, dtype: str, layout: str
+    ) -> list[Params]:
+        """The vendor default first, then (m <= 16) the decode kernels that fill the SMs, the
+        CUTLASS kernels whose tile M suits m, then the rest in enumerate's order."""
+        if not isinstance(problem, ScaledGemmProblem) or not candidates:
+            return list(candidates)
+        vendor = [p for p in candidates if p["family"] == LT_FAMILY]
+        decode = sorted(
+            (p for p in candidates if p["family"] == DECODE_FAMILY),
+            key=lambda p: _decode_rank(p, problem),
+        )
+        cutlass = sorted(
+            (p for p in candidates if p["family"] == SM90_FAMILY),
+            key=lambda p: abs(p["tile_m"] - min(max(problem.m, 64), 256)),
+        )
+        decode_head = _DECODE_HEAD if problem.m <= _DECODE_HEAD_MAX_M else 0
+        return [
+            *vendor[:1],
+            *decode[:decode_head],
+            *cutlass[:_SM90_HEAD],
+            *vendor[1:],
+            *cutlass[_SM90_HEAD:],
+            *decode[decode_head:],
+        ]
+
+    def name(self, params: Params, dtype: str, layout: str) -> str:
+        family = params["family"]
+        tail = f"{params.get('out_dtype', 'x')}_{params.get('scaling', 'x')}"
+        if family == LT_DISCOVERY_FAMILY:
+            return f"scaled_gemm_e4m3_{tail}_lt_discover"
+        if family == LT_FAMILY:
+            tags = "_".join(f"{tag}{params[key]}" for key, (tag, _) in lt.ATTRIBUTES.items())
+            return f"scaled_gemm_e4m3_{tail}_lt_{tags}"
+        if family == DECODE_FAMILY:
+            return (
+                f"scaled_gemm_e4m3_{tail}_decode_m{params['m_tile']}_r{params['rows']}"
+                f"_w{params['warps']}_u{params['unroll']}_s{params['splits']}"
+            )
+        tile = f"{params['tile_m']}x{params['tile_n']}x{params['tile_k']}"
+        parts = [
+            f"scaled_gemm_e4m3_{tail}_{tile}",
+            f"c{params['cluster_m']}x{params['cluster_n']}",
+            params["schedule"],
+            params["accum"],
+        ]
+        if params["raster"] != "auto":
+            parts.append(f"r{params['raster']}")
+        return "_".join(parts)
+
+
+def _decode_rank(p: Params, problem: ScaledGemmProblem) -> tuple[Any, ...]:
+    """Grids that put >= 8 warps on every SM first, then fewer splits, more loads in flight."""
+    ctas = -(-problem.n // (p["warps"] * p["rows"])) * p["splits"]
+    warps_per_sm = ctas * p["warps"] / _SM_COUNT
+    return (warps_per_sm < 8, p["m_tile"], p["splits"], -p["unroll"], p["rows"], p["warps"])
