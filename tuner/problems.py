@@ -34,6 +34,7 @@ __all__ = [
     "SCALE_BLOCK",
     "FP8_K_ALIGN",
     "OP_DTYPES",
+    "op_dtypes",
     "check_op_dtype",
     "problem_from_dict",
     "PROBLEM_TYPES",
@@ -61,9 +62,14 @@ OP_DTYPES: dict[str, tuple[str, ...]] = {"scaled_gemm": ("e4m3",)}
 _PLAIN_DTYPES = ("f16", "bf16", "f32")
 
 
+def op_dtypes(op: str) -> tuple[str, ...]:
+    """The request dtypes ``op`` takes."""
+    return OP_DTYPES.get(op, _PLAIN_DTYPES)
+
+
 def check_op_dtype(op: str, dtype: str) -> str:
     """``dtype`` when ``op`` takes it, else InvalidRequestError naming ``dtype``."""
-    allowed = OP_DTYPES.get(op, _PLAIN_DTYPES)
+    allowed = op_dtypes(op)
     if dtype not in allowed:
         raise InvalidRequestError(
             "dtype", f"op {op} takes dtype {' or '.join(allowed)}, not {dtype!r}"

@@ -38,8 +38,8 @@ from service.client import ApiError, TunehubClient
 from service.schemas.configs import MAX_NEAREST_DISTANCE, ConfigQuery
 from service.schemas.jobs import JobCreate
 from tuner.abi import RMS_NORM_EPS
-from tuner.errors import InvalidRequestError, TunerError
-from tuner.problems import LAYOUTS, OP_DTYPES, check_op_dtype, problem_from_dict
+from tuner.errors import TunerError
+from tuner.problems import LAYOUTS, OP_DTYPES, op_dtypes, problem_from_dict
 from tuner.registry import BACKENDS, STRATEGIES
 
 __all__ = ["tune_app", "best_app", "run_tune"]
@@ -62,10 +62,7 @@ def _problem_dims(op: str, dims: dict[str, Any]) -> dict[str, Any]:
 
 def _check_dtype(op: str, dtype: str) -> None:
     """The op's dtypes (scaled_gemm takes e4m3 alone, the others f16, bf16 and f32)."""
-    try:
-        check_op_dtype(op, dtype)
-    except InvalidRequestError as exc:
-        raise UserError(f"dtype: {exc.reason}") from None
+    check_choice("dtype", dtype, op_dtypes(op))
 
 
 def run_tune(

@@ -90,7 +90,14 @@ CASES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("params", "problem"), CASES, ids=lambda x: getattr(x, "key", str)())
+def _case_id(value: object) -> str:
+    if isinstance(value, ScaledGemmProblem):
+        return value.key()
+    assert isinstance(value, dict)
+    return f"{value['family']}-{value.get('schedule', '')}{value.get('accum', '')}"
+
+
+@pytest.mark.parametrize(("params", "problem"), CASES, ids=_case_id)
 def test_cutlass_and_decode_variants_verify(
     backend: CudaBackend, params: dict, problem: ScaledGemmProblem
 ) -> None:
