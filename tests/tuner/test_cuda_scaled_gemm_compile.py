@@ -57,6 +57,7 @@ CASES = [
         "custom": 0,
         "inner_shape": 0,
         "cluster_shape": 2,
+        "fast_accum": 1,
     },
     {"family": "cublaslt_fp8_discover", "out_dtype": "f16", "scaling": "block"},
 ]

@@ -160,6 +160,7 @@ def test_order_puts_the_vendor_default_then_decode_first_for_small_m() -> None:
         "scaling": "per_tensor",
         **{k: 1 if k == "splitk" else 0 for k in ("algo", "tile", "stages", "splitk")},
         **{k: 0 for k in ("reduction", "swizzle", "custom", "inner_shape", "cluster_shape")},
+        "fast_accum": 0,
     }
     assert SPACE.prune(vendor, problem, "e4m3", "rcr") is None
     ordered = SPACE.order([*_pruned(problem), vendor], problem, "e4m3", "rcr")
@@ -191,11 +192,18 @@ def test_discovery_is_built_for_the_problems_types_and_labels_its_answer() -> No
             "source": "heuristic",
         }
     ]
-    (params,) = SPACE.from_discovery(found, discovery)
+    params, fast = SPACE.from_discovery(found, discovery)  # the default, then fast accumulation
     assert params["family"] == "cublaslt_fp8" and params["out_dtype"] == "f16"
-    assert SPACE.discovered_reason(params, "e4m3", "rcr", "sm_90") is None
-    assert SPACE.prune(params, problem, "e4m3", "rcr") is None
+    assert (params["fast_accum"], fast["fast_accum"]) == (0, 1)
+    assert {k: v for k, v in fast.items() if k != "fast_accum"} == {
+        k: v for k, v in params.items() if k != "fast_accum"
+    }
+    for p in (params, fast):
+        assert SPACE.discovered_reason(p, "e4m3", "rcr", "sm_90") is None
+        assert SPACE.prune(p, problem, "e4m3", "rcr") is None
     assert SPACE.name(params, "e4m3", "rcr").startswith("scaled_gemm_e4m3_f16_block_lt_a66_")
+    assert SPACE.name(fast, "e4m3", "rcr").endswith("_fast")
+    assert SPACE.discovered_reason({**fast, "fast_accum": 2}, "e4m3", "rcr", "sm_90")
 
 
 def test_names_are_unique_and_ids_stable() -> None:

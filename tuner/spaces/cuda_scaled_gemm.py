@@ -7,7 +7,9 @@
 - ``cublaslt_fp8`` (library ``cublaslt``): cuBLASLt's FP8 algorithms, discovered per shape by a
   build of ``scaled_gemm_cublaslt.cu.j2`` (the heuristic's list, best first: the vendor default
   ``torch._scaled_mm`` calls is its first), named by their attributes as the f16 family is
-  (:mod:`tuner.spaces.cuda_gemm_cublaslt`). Block scaling uses cuBLASLt 13's
+  (:mod:`tuner.spaces.cuda_gemm_cublaslt`), each also with fast accumulation (``fast_accum``
+  1: ``CUBLASLT_MATMUL_DESC_FAST_ACCUM``, as ``torch._scaled_mm(use_fast_accum=True)``; the
+  default, 0, is what ``torch._scaled_mm`` runs unless asked). Block scaling uses cuBLASLt 13's
   ``CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F`` (weights) and ``VEC128_32F`` (activations).
 - ``sm90_fp8`` (library ``cutlass``): CUTLASS 3.x warp-specialized TMA + wgmma kernels, tile x
   cluster x schedule (cooperative, ping-pong) x accumulation (per-tensor: ``fast``, the wgmma
@@ -169,12 +171,20 @@ def _decode_params() -> list[Params]:
     return out
 
 
+#: cuBLASLt's FP8 accumulation: 0 promoted into f32 (``torch._scaled_mm``'s default), 1 fast
+#: (``CUBLASLT_MATMUL_DESC_FAST_ACCUM``: the tensor core's accumulator alone, use_fast_accum=True)
+_LT_FAST_ACCUM = (0, 1)
+_LT_TAGS = ("out_dtype", "scaling", "fast_accum")
+
+
 def _lt_reason(params: Mapping[str, Any]) -> str | None:
+    if params.get("fast_accum") not in _LT_FAST_ACCUM:
+        return f"fast_accum must be one of {_LT_FAST_ACCUM}"
     if params.get("out_dtype") not in SCALED_GEMM_OUT_DTYPES:
         return f"out_dtype must be one of {SCALED_GEMM_OUT_DTYPES}"
     if params.get("scaling") not in SCALINGS:
         return f"scaling must be one of {SCALINGS}"
-    rest = {k: v for k, v in params.items() if k not in ("out_dtype", "scaling")}
+    rest = {k: v for k, v in params.items() if k not in _LT_TAGS}
     return lt.invalid_reason({**rest, "family": lt.FAMILY})
 
 
@@ -226,9 +236,13 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
         if discovery is None:
             raise ValueError("the FP8 discovery's answer needs its build (out_dtype, scaling)")
         tags = {"out_dtype": discovery.params["out_dtype"], "scaling": discovery.params["scaling"]}
+        found_params = self.vendor.params_from_discovery(found)
+        # the heuristic's algorithms as found (promoted accumulation, the vendor default
+        # first), then each with fast accumulation (cuBLASLt checks it when the plan is made)
         return [
-            {"library": self.vendor_library, **p, **tags}
-            for p in self.vendor.params_from_discovery(found)
+            {"library": self.vendor_library, **p, **tags, "fast_accum": fast}
+            for fast in _LT_FAST_ACCUM
+            for p in found_params
         ]
 
     def template_for(self, params: Params) -> str:
@@ -289,7 +303,8 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
             return f"scaled_gemm_e4m3_{tail}_lt_discover"
         if family == LT_FAMILY:
             tags = "_".join(f"{tag}{params[key]}" for key, (tag, _) in lt.ATTRIBUTES.items())
-            return f"scaled_gemm_e4m3_{tail}_lt_{tags}"
+            fast = "_fast" if params["fast_accum"] else ""
+            return f"scaled_gemm_e4m3_{tail}_lt_{tags}{fast}"
         if family == DECODE_FAMILY:
             return (
                 f"scaled_gemm_e4m3_{tail}_decode_m{params['m_tile']}_r{params['rows']}"
