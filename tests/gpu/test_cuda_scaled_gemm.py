@@ -1,8 +1,8 @@
 """FP8 scaled_gemm on a real GPU (H200): one variant of each family (cuBLASLt FP8, CUTLASS sm90
-FP8 per-tensor and block-scaled, our decode kernel) built, verified against the f32 reference
-from the dequantized inputs (tuner.fp8's tolerance) and timed; the per-tensor ones also against
-``torch._scaled_mm``, the call a user would make; the torch-made inputs against tuner.fp8's
-numpy reference.
+FP8 per-tensor and block-scaled, our decode and swap-AB kernels) built, verified against the f32
+reference from the dequantized inputs (tuner.fp8's tolerance) and timed; the per-tensor ones
+also against ``torch._scaled_mm``, the call a user would make; the torch-made inputs against
+tuner.fp8's numpy reference.
 
     python3 -m pytest --noconftest -o addopts= -m gpu tests/gpu/test_cuda_scaled_gemm.py
 """
@@ -79,6 +79,14 @@ def _verified(backend: CudaBackend, params: dict, problem: ScaledGemmProblem) ->
     return str(artifact)
 
 
+SWAPAB = {
+    "library": "tunehub",
+    "family": "swapab_fp8",
+    "m_tiles": 1,
+    "w_tiles": 1,
+    "warps": 8,
+    "unroll": 4,
+}
 CASES = [
     (SM90 | {"accum": "fast"}, ScaledGemmProblem(256, 4096, 4096, "bf16", "per_tensor")),
     (SM90 | {"accum": "promoted"}, ScaledGemmProblem(200, 3584, 18944, "f16", "per_tensor")),
@@ -87,6 +95,9 @@ CASES = [
      ScaledGemmProblem(64, 1024, 1024, "bf16", "block")),
     (DECODE, ScaledGemmProblem(8, 4608, 3584, "bf16", "per_tensor")),
     (DECODE | {"m_tile": 1, "splits": 1}, ScaledGemmProblem(1, 3584, 18944, "f16", "block")),
+    (SWAPAB, ScaledGemmProblem(5, 4608, 3584, "bf16", "per_tensor")),
+    (SWAPAB | {"m_tiles": 2, "w_tiles": 2}, ScaledGemmProblem(16, 3584, 18944, "bf16", "block")),
+    (SWAPAB | {"warps": 4, "unroll": 2}, ScaledGemmProblem(1, 1000, 1024, "f16", "per_tensor")),
 ]  # fmt: skip
 
 
@@ -140,6 +151,7 @@ def _run_direct(artifact: str, problem: ScaledGemmProblem, inputs: list) -> obje
     [
         (SM90 | {"accum": "fast"}, ScaledGemmProblem(256, 4096, 4096, "bf16", "per_tensor")),
         (DECODE, ScaledGemmProblem(8, 4608, 3584, "bf16", "per_tensor")),
+        (SWAPAB, ScaledGemmProblem(8, 4608, 3584, "bf16", "per_tensor")),
     ],
 )
 def test_per_tensor_variants_match_torch_scaled_mm(

@@ -60,6 +60,26 @@ CASES = [
         "fast_accum": 1,
     },
     {"family": "cublaslt_fp8_discover", "out_dtype": "f16", "scaling": "block"},
+    {
+        "library": "tunehub",
+        "family": "swapab_fp8",
+        "out_dtype": "bf16",
+        "scaling": "block",
+        "m_tiles": 2,
+        "w_tiles": 2,
+        "warps": 8,
+        "unroll": 4,
+    },
+    {
+        "library": "tunehub",
+        "family": "swapab_fp8",
+        "out_dtype": "f16",
+        "scaling": "per_tensor",
+        "m_tiles": 1,
+        "w_tiles": 1,
+        "warps": 4,
+        "unroll": 2,
+    },
 ]
 CODES = {"bf16": 0, "f16": 1, "per_tensor": 0, "block": 1}
 
@@ -83,6 +103,11 @@ def test_each_template_compiles_for_sm90a(tmp_path: Path, params: dict) -> None:
         assert lib.tunehub_describe().decode().startswith(variant.name + " ")
         params = variant.params
         out, scaling = CODES[params["out_dtype"]], CODES[params["scaling"]]
+        if params["family"] == "swapab_fp8":
+            rows = 8 * params["m_tiles"]
+            assert lib.tunehub_can_run(*_dims(rows, 4096, 4096, out, scaling)) == 0
+            assert lib.tunehub_can_run(*_dims(rows + 1, 4096, 4096, out, scaling)) == 3
+            assert lib.tunehub_can_run(*_dims(rows, 4096, 4096 + 16, out, scaling)) == 2
         if params["family"] == "decode_fp8":
             assert lib.tunehub_can_run(*_dims(8, 4096, 4096, out, scaling)) == 0
             assert lib.tunehub_can_run(*_dims(9, 4096, 4096, out, scaling)) == 3  # m > m tile

@@ -143,15 +143,23 @@ def test_prune_keeps_the_problems_out_dtype_and_scaling() -> None:
     problem = ScaledGemmProblem(8, 4096, 4096, "f16", "block")
     kept = _pruned(problem)
     assert kept and all(p["out_dtype"] == "f16" and p["scaling"] == "block" for p in kept)
-    assert {p["family"] for p in kept} == {"sm90_fp8", "decode_fp8"}
+    assert {p["family"] for p in kept} == {"sm90_fp8", "decode_fp8", "swapab_fp8"}
+    assert {p["m_tiles"] for p in kept if p["family"] == "swapab_fp8"} == {1}  # m = 8: one n8
     decode = [p for p in kept if p["family"] == "decode_fp8"]
     assert {p["m_tile"] for p in decode} == {8}  # 16 would waste half its rows; 4 is too few
     assert all(p["tile_n"] == 128 and p["accum"] == "promoted" for p in kept if "tile_n" in p)
     big = _pruned(ScaledGemmProblem(2048, 4096, 4096))
-    assert not [p for p in big if p["family"] == "decode_fp8"]  # m over every decode tile
+    assert not [p for p in big if "decode" in p["family"] or "swapab" in p["family"]]
+    odd_k = _pruned(ScaledGemmProblem(12, 4096, 4096 + 16))  # k not a multiple of 64
+    assert {p["m_tiles"] for p in odd_k if p["family"] == "swapab_fp8"} == set()
+    assert {
+        p["m_tiles"]
+        for p in _pruned(ScaledGemmProblem(12, 4096, 4096))
+        if p["family"] == "swapab_fp8"
+    } == {2}  # noqa: E501
 
 
-def test_order_puts_the_vendor_default_then_decode_first_for_small_m() -> None:
+def test_order_puts_the_vendor_default_then_the_decode_kernels_first_for_small_m() -> None:
     problem = ScaledGemmProblem(1, 4096, 4096)
     vendor = {
         "library": "cublaslt",
@@ -165,7 +173,8 @@ def test_order_puts_the_vendor_default_then_decode_first_for_small_m() -> None:
     assert SPACE.prune(vendor, problem, "e4m3", "rcr") is None
     ordered = SPACE.order([*_pruned(problem), vendor], problem, "e4m3", "rcr")
     assert ordered[0] == vendor
-    assert ordered[1]["family"] == "decode_fp8"
+    families = [p["family"] for p in ordered[1:8]]
+    assert families == ["swapab_fp8"] * 4 + ["decode_fp8"] * 3
     prefill = ScaledGemmProblem(2048, 4096, 4096)
     assert SPACE.order(_pruned(prefill), prefill, "e4m3", "rcr")[0]["family"] == "sm90_fp8"
 

@@ -16,7 +16,12 @@
   accumulator alone, or ``promoted`` into f32 every K tile; block scaling: CUTLASS's
   ``...FP8BlockScaledAccum`` kernels, groupwise 1x128x128) x raster.
 - ``decode_fp8`` (library ``tunehub``): ours, for m <= 16: each warp streams rows of the FP8
-  weights in 16-byte vectors and dequantizes in registers (``scaled_gemm_decode.cu.j2``).
+  weights in 16-byte vectors and dequantizes in registers, multiplying on CUDA cores
+  (``scaled_gemm_decode.cu.j2``); bound by its f32 FMAs from m ~ 8 on.
+- ``swapab_fp8`` (library ``tunehub``): ours, for m <= 16 and k % 64 == 0: the weights on the M
+  side of ``mma.sync.m16n8k32.e4m3`` (FP8 tensor cores, sm_89+), A's rows on its N side, both
+  loaded from global memory in 16-byte vectors, K cut across the CTA's warps
+  (``scaled_gemm_swapab.cu.j2``).
 
 Every params dict names ``out_dtype`` and ``scaling``: a variant is built for one of each (one
 compile serves every m, n, k) and ``prune`` keeps those of the problem's.
@@ -41,13 +46,20 @@ LT_FAMILY = "cublaslt_fp8"
 LT_DISCOVERY_FAMILY = "cublaslt_fp8_discover"
 SM90_FAMILY = "sm90_fp8"
 DECODE_FAMILY = "decode_fp8"
-FAMILIES = (LT_FAMILY, SM90_FAMILY, DECODE_FAMILY)
-LIBRARIES = {LT_FAMILY: "cublaslt", SM90_FAMILY: "cutlass", DECODE_FAMILY: "tunehub"}
+SWAPAB_FAMILY = "swapab_fp8"
+FAMILIES = (LT_FAMILY, SM90_FAMILY, DECODE_FAMILY, SWAPAB_FAMILY)
+LIBRARIES = {
+    LT_FAMILY: "cublaslt",
+    SM90_FAMILY: "cutlass",
+    DECODE_FAMILY: "tunehub",
+    SWAPAB_FAMILY: "tunehub",
+}
 _TEMPLATES = {
     LT_FAMILY: "cuda/scaled_gemm_cublaslt.cu.j2",
     LT_DISCOVERY_FAMILY: "cuda/scaled_gemm_cublaslt.cu.j2",
     SM90_FAMILY: "cuda/scaled_gemm_sm90.cu.j2",
     DECODE_FAMILY: "cuda/scaled_gemm_decode.cu.j2",
+    SWAPAB_FAMILY: "cuda/scaled_gemm_swapab.cu.j2",
 }
 DEFAULT_MAX_VARIANTS = 16
 #: the decode family runs where m is at most this (its largest m tile)
@@ -72,10 +84,17 @@ _DECODE_SPLITS = (1, 2, 4, 8)
 #: registers the decode kernel's accumulators (rows x m_tile) and loads in flight may take
 _DECODE_MAX_DATA_REGISTERS = 160
 _SM_COUNT = 132
+_SWAPAB_M_TILES = (1, 2)
+_SWAPAB_W_TILES = (1, 2)
+_SWAPAB_WARPS = (4, 8)
+_SWAPAB_UNROLLS = (2, 4)
+#: the swap-AB kernel's K chunk (4 lanes x 16 bytes)
+_SWAPAB_K_ALIGN = 64
 
 #: ``order``: the decode family first (after the vendor default) for m up to this
 _DECODE_HEAD_MAX_M = 16
-_DECODE_HEAD = 6
+_SWAPAB_HEAD = 4
+_DECODE_HEAD = 3
 _SM90_HEAD = 4
 
 
@@ -177,6 +196,31 @@ _LT_FAST_ACCUM = (0, 1)
 _LT_TAGS = ("out_dtype", "scaling", "fast_accum")
 
 
+def _swapab_params() -> list[Params]:
+    out: list[Params] = []
+    for scaling, out_dtype, m_tiles, w_tiles, warps, unroll in itertools.product(
+        SCALINGS,
+        SCALED_GEMM_OUT_DTYPES,
+        _SWAPAB_M_TILES,
+        _SWAPAB_W_TILES,
+        _SWAPAB_WARPS,
+        _SWAPAB_UNROLLS,
+    ):
+        out.append(
+            {
+                "library": "tunehub",
+                "family": SWAPAB_FAMILY,
+                "out_dtype": out_dtype,
+                "scaling": scaling,
+                "m_tiles": m_tiles,
+                "w_tiles": w_tiles,
+                "warps": warps,
+                "unroll": unroll,
+            }
+        )
+    return out
+
+
 def _lt_reason(params: Mapping[str, Any]) -> str | None:
     if params.get("fast_accum") not in _LT_FAST_ACCUM:
         return f"fast_accum must be one of {_LT_FAST_ACCUM}"
@@ -222,7 +266,7 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
             raise InvalidRequestError(
                 "device.arch", f"the FP8 scaled_gemm templates are for sm_90 (Hopper), not {arch}"
             )
-        return iter(_sm90_params() + _decode_params())
+        return iter(_sm90_params() + _decode_params() + _swapab_params())
 
     def discoveries(self, problem: Problem) -> list[Discovery]:
         assert isinstance(problem, ScaledGemmProblem)
@@ -266,6 +310,15 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
             if params["splits"] > 1 and vectors < params["splits"] * 32 * params["unroll"]:
                 return f"k={problem.k} is too short to split {params['splits']} ways"
             return None
+        if family == SWAPAB_FAMILY:
+            rows = 8 * params["m_tiles"]
+            if problem.m > rows:
+                return f"m={problem.m} is over the swap-AB kernel's {rows} columns"
+            if params["m_tiles"] > 1 and problem.m <= 8:
+                return f"m={problem.m} fits one n8 tile"
+            if problem.k % _SWAPAB_K_ALIGN:
+                return f"k={problem.k} is not a multiple of {_SWAPAB_K_ALIGN} (the K chunk)"
+            return None
         if family == SM90_FAMILY and problem.n % 8:
             return f"n={problem.n} is not a multiple of 8 (16-byte output rows)"
         return None
@@ -286,13 +339,21 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
             (p for p in candidates if p["family"] == SM90_FAMILY),
             key=lambda p: abs(p["tile_m"] - min(max(problem.m, 64), 256)),
         )
-        decode_head = _DECODE_HEAD if problem.m <= _DECODE_HEAD_MAX_M else 0
+        swapab = sorted(
+            (p for p in candidates if p["family"] == SWAPAB_FAMILY),
+            key=lambda p: _swapab_rank(p, problem),
+        )
+        small = problem.m <= _DECODE_HEAD_MAX_M
+        swapab_head = _SWAPAB_HEAD if small else 0
+        decode_head = _DECODE_HEAD if small else 0
         return [
             *vendor[:1],
+            *swapab[:swapab_head],
             *decode[:decode_head],
             *cutlass[:_SM90_HEAD],
             *vendor[1:],
             *cutlass[_SM90_HEAD:],
+            *swapab[swapab_head:],
             *decode[decode_head:],
         ]
 
@@ -310,6 +371,11 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
                 f"scaled_gemm_e4m3_{tail}_decode_m{params['m_tile']}_r{params['rows']}"
                 f"_w{params['warps']}_u{params['unroll']}_s{params['splits']}"
             )
+        if family == SWAPAB_FAMILY:
+            return (
+                f"scaled_gemm_e4m3_{tail}_swapab_m{8 * params['m_tiles']}_w{params['w_tiles']}"
+                f"_wp{params['warps']}_u{params['unroll']}"
+            )
         tile = f"{params['tile_m']}x{params['tile_n']}x{params['tile_k']}"
         parts = [
             f"scaled_gemm_e4m3_{tail}_{tile}",
@@ -320,6 +386,12 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
         if params["raster"] != "auto":
             parts.append(f"r{params['raster']}")
         return "_".join(parts)
+
+
+def _swapab_rank(p: Params, problem: ScaledGemmProblem) -> tuple[Any, ...]:
+    """CTAs that fill the SMs twice first, then more warps and loads in flight per CTA."""
+    ctas = -(-problem.n // (16 * p["w_tiles"]))
+    return (ctas < 2 * _SM_COUNT, -p["warps"] * p["unroll"], p["w_tiles"], p["m_tiles"])
 
 
 def _decode_rank(p: Params, problem: ScaledGemmProblem) -> tuple[Any, ...]:
