@@ -35,8 +35,10 @@ from typing import Any
 
 from tuner.errors import InvalidRequestError
 from tuner.problems import SCALED_GEMM_OUT_DTYPES, SCALINGS, Problem, ScaledGemmProblem
+from tuner.spaces import _fp8_decode as fp8_decode
 from tuner.spaces import cuda_gemm_cublaslt as lt
 from tuner.spaces._cutlass_common import SM90_SMEM_BYTES, sm_number
+from tuner.spaces._fp8_decode import DECODE_FAMILY, DECODE_MAX_M, SWAPAB_FAMILY
 from tuner.spaces._vendor_discovery import Discovery, VendorDiscoverySpace
 from tuner.spaces.base import Params
 
@@ -45,8 +47,6 @@ __all__ = ["CudaScaledGemmSpace", "FAMILIES", "LIBRARIES", "DECODE_MAX_M", "DEFA
 LT_FAMILY = "cublaslt_fp8"
 LT_DISCOVERY_FAMILY = "cublaslt_fp8_discover"
 SM90_FAMILY = "sm90_fp8"
-DECODE_FAMILY = "decode_fp8"
-SWAPAB_FAMILY = "swapab_fp8"
 FAMILIES = (LT_FAMILY, SM90_FAMILY, DECODE_FAMILY, SWAPAB_FAMILY)
 LIBRARIES = {
     LT_FAMILY: "cublaslt",
@@ -62,8 +62,6 @@ _TEMPLATES = {
     SWAPAB_FAMILY: "cuda/scaled_gemm_swapab.cu.j2",
 }
 DEFAULT_MAX_VARIANTS = 16
-#: the decode family runs where m is at most this (its largest m tile)
-DECODE_MAX_M = 16
 
 _SM90_TILE_M = (64, 128, 256)
 _SM90_TILE_N = (64, 128, 256)
@@ -75,21 +73,6 @@ _SM90_ACCUMS = ("fast", "promoted")
 _SM90_RASTERS = ("auto", "m", "n")
 _MAX_ACCUMULATORS_PER_THREAD = 128
 _TMA_EPILOGUE_SMEM = 16 * 1024
-
-_DECODE_M_TILES = (1, 2, 4, 8, 16)
-_DECODE_ROWS = (1, 2, 4)
-_DECODE_WARPS = (4, 8)
-_DECODE_UNROLLS = (2, 4)
-_DECODE_SPLITS = (1, 2, 4, 8)
-#: registers the decode kernel's accumulators (rows x m_tile) and loads in flight may take
-_DECODE_MAX_DATA_REGISTERS = 160
-_SM_COUNT = 132
-_SWAPAB_M_TILES = (1, 2)
-_SWAPAB_W_TILES = (1, 2)
-_SWAPAB_WARPS = (4, 8)
-_SWAPAB_UNROLLS = (2, 4)
-#: the swap-AB kernel's K chunk (4 lanes x 16 bytes)
-_SWAPAB_K_ALIGN = 64
 
 #: ``order``: the decode family first (after the vendor default) for m up to this
 _DECODE_HEAD_MAX_M = 16
@@ -159,66 +142,10 @@ def _sm90_params() -> list[Params]:
     return sorted(out, key=rank)
 
 
-def _decode_registers(p: Params) -> int:
-    return p["rows"] * p["m_tile"] + p["unroll"] * p["rows"] * 4 + p["rows"] * 16 + 16
-
-
-def _decode_params() -> list[Params]:
-    out: list[Params] = []
-    for scaling, out_dtype, m_tile, rows, warps, unroll, splits in itertools.product(
-        SCALINGS,
-        SCALED_GEMM_OUT_DTYPES,
-        _DECODE_M_TILES,
-        _DECODE_ROWS,
-        _DECODE_WARPS,
-        _DECODE_UNROLLS,
-        _DECODE_SPLITS,
-    ):
-        params: Params = {
-            "library": "tunehub",
-            "family": DECODE_FAMILY,
-            "out_dtype": out_dtype,
-            "scaling": scaling,
-            "m_tile": m_tile,
-            "rows": rows,
-            "warps": warps,
-            "unroll": unroll,
-            "splits": splits,
-        }
-        if _decode_registers(params) <= _DECODE_MAX_DATA_REGISTERS:
-            out.append(params)
-    return out
-
-
 #: cuBLASLt's FP8 accumulation: 0 promoted into f32 (``torch._scaled_mm``'s default), 1 fast
 #: (``CUBLASLT_MATMUL_DESC_FAST_ACCUM``: the tensor core's accumulator alone, use_fast_accum=True)
 _LT_FAST_ACCUM = (0, 1)
 _LT_TAGS = ("out_dtype", "scaling", "fast_accum")
-
-
-def _swapab_params() -> list[Params]:
-    out: list[Params] = []
-    for scaling, out_dtype, m_tiles, w_tiles, warps, unroll in itertools.product(
-        SCALINGS,
-        SCALED_GEMM_OUT_DTYPES,
-        _SWAPAB_M_TILES,
-        _SWAPAB_W_TILES,
-        _SWAPAB_WARPS,
-        _SWAPAB_UNROLLS,
-    ):
-        out.append(
-            {
-                "library": "tunehub",
-                "family": SWAPAB_FAMILY,
-                "out_dtype": out_dtype,
-                "scaling": scaling,
-                "m_tiles": m_tiles,
-                "w_tiles": w_tiles,
-                "warps": warps,
-                "unroll": unroll,
-            }
-        )
-    return out
 
 
 def _lt_reason(params: Mapping[str, Any]) -> str | None:
@@ -266,7 +193,7 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
             raise InvalidRequestError(
                 "device.arch", f"the FP8 scaled_gemm templates are for sm_90 (Hopper), not {arch}"
             )
-        return iter(_sm90_params() + _decode_params() + _swapab_params())
+        return iter(_sm90_params() + fp8_decode.decode_params() + fp8_decode.swapab_params())
 
     def discoveries(self, problem: Problem) -> list[Discovery]:
         assert isinstance(problem, ScaledGemmProblem)
@@ -301,24 +228,8 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
         family = params.get("family")
         if family == LT_FAMILY:
             return _lt_reason({k: v for k, v in params.items() if k != "library"})
-        if family == DECODE_FAMILY:
-            if problem.m > params["m_tile"]:
-                return f"m={problem.m} is over the decode tile's {params['m_tile']} rows"
-            if params["m_tile"] >= 2 * problem.m and params["m_tile"] > 1:
-                return f"m={problem.m} fills under half of the {params['m_tile']}-row tile"
-            vectors = problem.k // 16
-            if params["splits"] > 1 and vectors < params["splits"] * 32 * params["unroll"]:
-                return f"k={problem.k} is too short to split {params['splits']} ways"
-            return None
-        if family == SWAPAB_FAMILY:
-            rows = 8 * params["m_tiles"]
-            if problem.m > rows:
-                return f"m={problem.m} is over the swap-AB kernel's {rows} columns"
-            if params["m_tiles"] > 1 and problem.m <= 8:
-                return f"m={problem.m} fits one n8 tile"
-            if problem.k % _SWAPAB_K_ALIGN:
-                return f"k={problem.k} is not a multiple of {_SWAPAB_K_ALIGN} (the K chunk)"
-            return None
+        if family in (DECODE_FAMILY, SWAPAB_FAMILY):
+            return fp8_decode.prune(params, problem)
         if family == SM90_FAMILY and problem.n % 8:
             return f"n={problem.n} is not a multiple of 8 (16-byte output rows)"
         return None
@@ -333,7 +244,7 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
         vendor = [p for p in candidates if p["family"] == LT_FAMILY]
         decode = sorted(
             (p for p in candidates if p["family"] == DECODE_FAMILY),
-            key=lambda p: _decode_rank(p, problem),
+            key=lambda p: fp8_decode.decode_rank(p, problem),
         )
         cutlass = sorted(
             (p for p in candidates if p["family"] == SM90_FAMILY),
@@ -341,7 +252,7 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
         )
         swapab = sorted(
             (p for p in candidates if p["family"] == SWAPAB_FAMILY),
-            key=lambda p: _swapab_rank(p, problem),
+            key=lambda p: fp8_decode.swapab_rank(p, problem),
         )
         small = problem.m <= _DECODE_HEAD_MAX_M
         swapab_head = _SWAPAB_HEAD if small else 0
@@ -366,16 +277,8 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
             tags = "_".join(f"{tag}{params[key]}" for key, (tag, _) in lt.ATTRIBUTES.items())
             fast = "_fast" if params["fast_accum"] else ""
             return f"scaled_gemm_e4m3_{tail}_lt_{tags}{fast}"
-        if family == DECODE_FAMILY:
-            return (
-                f"scaled_gemm_e4m3_{tail}_decode_m{params['m_tile']}_r{params['rows']}"
-                f"_w{params['warps']}_u{params['unroll']}_s{params['splits']}"
-            )
-        if family == SWAPAB_FAMILY:
-            return (
-                f"scaled_gemm_e4m3_{tail}_swapab_m{8 * params['m_tiles']}_w{params['w_tiles']}"
-                f"_wp{params['warps']}_u{params['unroll']}"
-            )
+        if family in (DECODE_FAMILY, SWAPAB_FAMILY):
+            return fp8_decode.name(params, tail)
         tile = f"{params['tile_m']}x{params['tile_n']}x{params['tile_k']}"
         parts = [
             f"scaled_gemm_e4m3_{tail}_{tile}",
@@ -386,16 +289,3 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
         if params["raster"] != "auto":
             parts.append(f"r{params['raster']}")
         return "_".join(parts)
-
-
-def _swapab_rank(p: Params, problem: ScaledGemmProblem) -> tuple[Any, ...]:
-    """CTAs that fill the SMs twice first, then more warps and loads in flight per CTA."""
-    ctas = -(-problem.n // (16 * p["w_tiles"]))
-    return (ctas < 2 * _SM_COUNT, -p["warps"] * p["unroll"], p["w_tiles"], p["m_tiles"])
-
-
-def _decode_rank(p: Params, problem: ScaledGemmProblem) -> tuple[Any, ...]:
-    """Grids that put >= 8 warps on every SM first, then fewer splits, more loads in flight."""
-    ctas = -(-problem.n // (p["warps"] * p["rows"])) * p["splits"]
-    warps_per_sm = ctas * p["warps"] / _SM_COUNT
-    return (warps_per_sm < 8, p["m_tile"], p["splits"], -p["unroll"], p["rows"], p["warps"])
