@@ -63,8 +63,11 @@ SUM = {"op": "reduce", "dtype": "f32", "problem": {"m": 64, "k": 1024, "kind": "
         ({**SUM, "device": "gpu:X:sm_90:1"}, "shapes.jsonl:2: device: 'gpu:X:sm_90:1' is"),
         ({**SUM, "dtype": "e4m3"}, "shapes.jsonl:2: dtype: 'e4m3' is not one of f16, bf16, f32"),
         (
-            {"op": "scaled_gemm", "dtype": "e4m3", "problem": {"m": 8, "n": 200, "k": 256,
-                                                            "scaling": "block"}},
+            {
+                "op": "scaled_gemm",
+                "dtype": "e4m3",
+                "problem": {"m": 8, "n": 200, "k": 256, "scaling": "block"},
+            },
             "shapes.jsonl:2: problem: n: must be a multiple of 128",
         ),  # fmt: skip
     ],
