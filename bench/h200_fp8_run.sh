@@ -16,7 +16,8 @@ device_env "$out" .whl .device-carry/cache.tar.xz \
 timeout "${FP8_SECONDS:-420}" python3 bench/serving_fp8.py --out "$out" ${FP8_ARGS:-} 2>&1 \
   | tee "$out/serving-fp8.log" | grep -E "^\[fp8\]|geomean|min_|Error" | tail -80
 if [ "${RUN_GPU_TESTS:-0}" = 1 ]; then
-  timeout "${GPU_TEST_SECONDS:-120}" python3 -m pytest --noconftest -o addopts= -q -m gpu \
+  # the tests' CUTLASS builds come from the carried cache when it holds them (else ~4 minutes)
+  TUNEHUB_GPU_TEST_CACHE=$PWD/.cache/tunehub timeout "${GPU_TEST_SECONDS:-300}" python3 -m pytest --noconftest -o addopts= -q -m gpu \
     tests/gpu/test_cuda_scaled_gemm.py > "$out/gpu-tests-fp8.log" 2>&1
   tail -5 "$out/gpu-tests-fp8.log"
 fi

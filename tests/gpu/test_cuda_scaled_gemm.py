@@ -10,6 +10,7 @@ tuner.fp8's numpy reference.
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Iterator
 
 import numpy as np
@@ -52,7 +53,10 @@ DECODE = {
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CudaBackend]:
-    yield from module_cuda_backend(str(tmp_path_factory.mktemp("cache")), compile_timeout_s=600)
+    # TUNEHUB_GPU_TEST_CACHE: a compile cache carried to the GPU host (the CUTLASS builds take
+    # 40-100 s each; bench/precompile_cuda.py or a run of this module here fills it)
+    cache = os.environ.get("TUNEHUB_GPU_TEST_CACHE") or str(tmp_path_factory.mktemp("cache"))
+    yield from module_cuda_backend(cache, compile_timeout_s=600)
 
 
 def _request(problem: ScaledGemmProblem) -> TuneRequest:
