@@ -102,6 +102,7 @@ CASES = [
     (SWAPAB, ScaledGemmProblem(5, 4608, 3584, "bf16", "per_tensor")),
     (SWAPAB | {"m_tiles": 2, "w_tiles": 2}, ScaledGemmProblem(16, 3584, 18944, "bf16", "block")),
     (SWAPAB | {"warps": 4, "unroll": 2}, ScaledGemmProblem(1, 1000, 1024, "f16", "per_tensor")),
+    (SWAPAB | {"m_tiles": 4}, ScaledGemmProblem(29, 4608, 3584, "bf16", "block")),
 ]  # fmt: skip
 
 

@@ -75,7 +75,7 @@ CASES = [
         "family": "swapab_fp8",
         "out_dtype": "f16",
         "scaling": "per_tensor",
-        "m_tiles": 1,
+        "m_tiles": 4,
         "w_tiles": 1,
         "warps": 4,
         "unroll": 2,

@@ -150,6 +150,10 @@ def test_prune_keeps_the_problems_out_dtype_and_scaling() -> None:
     assert all(p["tile_n"] == 128 and p["accum"] == "promoted" for p in kept if "tile_n" in p)
     big = _pruned(ScaledGemmProblem(2048, 4096, 4096))
     assert not [p for p in big if "decode" in p["family"] or "swapab" in p["family"]]
+    mid = _pruned(ScaledGemmProblem(32, 4096, 4096))  # swap-AB's four n8 tiles, no decode
+    assert {p["m_tiles"] for p in mid if p["family"] == "swapab_fp8"} == {4}
+    assert not [p for p in mid if p["family"] == "decode_fp8"]
+    assert SPACE.order(mid, ScaledGemmProblem(32, 4096, 4096), "e4m3", "rcr")[0]["m_tiles"] == 4
     odd_k = _pruned(ScaledGemmProblem(12, 4096, 4096 + 16))  # k not a multiple of 64
     assert {p["m_tiles"] for p in odd_k if p["family"] == "swapab_fp8"} == set()
     assert {

@@ -15,6 +15,7 @@ __all__ = [
     "DECODE_FAMILY",
     "SWAPAB_FAMILY",
     "DECODE_MAX_M",
+    "SWAPAB_MAX_M",
     "decode_params",
     "swapab_params",
     "prune",
@@ -25,8 +26,11 @@ __all__ = [
 
 DECODE_FAMILY = "decode_fp8"
 SWAPAB_FAMILY = "swapab_fp8"
-#: the decode families run where m is at most this (their largest m tile)
+#: the CUDA-core decode family runs where m is at most this (its largest m tile)
 DECODE_MAX_M = 16
+#: the swap-AB family runs where m is at most this (4 n8 tiles: skinny prefill chunks and
+#: speculative decoding batches, where CUTLASS's 64-row tiles leave most SMs idle)
+SWAPAB_MAX_M = 32
 _DECODE_M_TILES = (1, 2, 4, 8, 16)
 _DECODE_ROWS = (1, 2, 4)
 _DECODE_WARPS = (4, 8)
@@ -35,7 +39,7 @@ _DECODE_SPLITS = (1, 2, 4, 8)
 #: registers the decode kernel's accumulators (rows x m_tile) and loads in flight may take
 _DECODE_MAX_DATA_REGISTERS = 160
 _SM_COUNT = 132
-_SWAPAB_M_TILES = (1, 2)
+_SWAPAB_M_TILES = (1, 2, 4)
 _SWAPAB_W_TILES = (1, 2)
 _SWAPAB_WARPS = (4, 8)
 _SWAPAB_UNROLLS = (2, 4)
@@ -84,6 +88,8 @@ def swapab_params() -> list[Params]:
         _SWAPAB_WARPS,
         _SWAPAB_UNROLLS,
     ):
+        if m_tiles * w_tiles * unroll > 16:  # over ~200 registers of loads and sums: spills
+            continue
         out.append(
             {
                 "library": "tunehub",
@@ -114,8 +120,8 @@ def prune(params: Params, problem: ScaledGemmProblem) -> str | None:
         rows = 8 * params["m_tiles"]
         if problem.m > rows:
             return f"m={problem.m} is over the swap-AB kernel's {rows} columns"
-        if params["m_tiles"] > 1 and problem.m <= 8:
-            return f"m={problem.m} fits one n8 tile"
+        if problem.m <= 4 * params["m_tiles"] and params["m_tiles"] > 1:
+            return f"m={problem.m} fits {params['m_tiles'] // 2} n8 tile(s)"
         if problem.k % _SWAPAB_K_ALIGN:
             return f"k={problem.k} is not a multiple of {_SWAPAB_K_ALIGN} (the K chunk)"
         return None

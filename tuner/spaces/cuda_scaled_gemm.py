@@ -18,7 +18,7 @@
 - ``decode_fp8`` (library ``tunehub``): ours, for m <= 16: each warp streams rows of the FP8
   weights in 16-byte vectors and dequantizes in registers, multiplying on CUDA cores
   (``scaled_gemm_decode.cu.j2``); bound by its f32 FMAs from m ~ 8 on.
-- ``swapab_fp8`` (library ``tunehub``): ours, for m <= 16 and k % 64 == 0: the weights on the M
+- ``swapab_fp8`` (library ``tunehub``): ours, for m <= 32 and k % 64 == 0: the weights on the M
   side of ``mma.sync.m16n8k32.e4m3`` (FP8 tensor cores, sm_89+), A's rows on its N side, both
   loaded from global memory in 16-byte vectors, K cut across the CTA's warps
   (``scaled_gemm_swapab.cu.j2``).
@@ -38,11 +38,18 @@ from tuner.problems import SCALED_GEMM_OUT_DTYPES, SCALINGS, Problem, ScaledGemm
 from tuner.spaces import _fp8_decode as fp8_decode
 from tuner.spaces import cuda_gemm_cublaslt as lt
 from tuner.spaces._cutlass_common import SM90_SMEM_BYTES, sm_number
-from tuner.spaces._fp8_decode import DECODE_FAMILY, DECODE_MAX_M, SWAPAB_FAMILY
+from tuner.spaces._fp8_decode import DECODE_FAMILY, DECODE_MAX_M, SWAPAB_FAMILY, SWAPAB_MAX_M
 from tuner.spaces._vendor_discovery import Discovery, VendorDiscoverySpace
 from tuner.spaces.base import Params
 
-__all__ = ["CudaScaledGemmSpace", "FAMILIES", "LIBRARIES", "DECODE_MAX_M", "DEFAULT_MAX_VARIANTS"]
+__all__ = [
+    "CudaScaledGemmSpace",
+    "FAMILIES",
+    "LIBRARIES",
+    "DECODE_MAX_M",
+    "SWAPAB_MAX_M",
+    "DEFAULT_MAX_VARIANTS",
+]
 
 LT_FAMILY = "cublaslt_fp8"
 LT_DISCOVERY_FAMILY = "cublaslt_fp8_discover"
@@ -237,8 +244,9 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
     def order(
         self, candidates: list[Params], problem: Problem, dtype: str, layout: str
     ) -> list[Params]:
-        """The vendor default first, then (m <= 16) the decode kernels that fill the SMs, the
-        CUTLASS kernels whose tile M suits m, then the rest in enumerate's order."""
+        """The vendor default first, then the swap-AB kernels (m <= 32) and the CUDA-core decode
+        kernels (m <= 16) that fill the SMs, the CUTLASS kernels whose tile M suits m, then the
+        rest."""
         if not isinstance(problem, ScaledGemmProblem) or not candidates:
             return list(candidates)
         vendor = [p for p in candidates if p["family"] == LT_FAMILY]
@@ -254,9 +262,8 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
             (p for p in candidates if p["family"] == SWAPAB_FAMILY),
             key=lambda p: fp8_decode.swapab_rank(p, problem),
         )
-        small = problem.m <= _DECODE_HEAD_MAX_M
-        swapab_head = _SWAPAB_HEAD if small else 0
-        decode_head = _DECODE_HEAD if small else 0
+        swapab_head = _SWAPAB_HEAD if problem.m <= SWAPAB_MAX_M else 0
+        decode_head = _DECODE_HEAD if problem.m <= _DECODE_HEAD_MAX_M else 0
         return [
             *vendor[:1],
             *swapab[:swapab_head],
