@@ -39,6 +39,7 @@ SM90 = {
     "schedule": "coop",
     "raster": "auto",
     "swizzle": 1,
+    "scheduler": "persistent",
 }
 DECODE = {
     "library": "tunehub",
@@ -94,6 +95,8 @@ SWAPAB = {
 CASES = [
     (SM90 | {"accum": "fast"}, ScaledGemmProblem(256, 4096, 4096, "bf16", "per_tensor")),
     (SM90 | {"accum": "promoted"}, ScaledGemmProblem(200, 3584, 18944, "f16", "per_tensor")),
+    (SM90 | {"accum": "fast", "tile_n": 256, "scheduler": "streamk"},
+     ScaledGemmProblem(2048, 3584, 18944, "bf16", "per_tensor")),
     (SM90 | {"accum": "promoted"}, ScaledGemmProblem(512, 4096, 3584, "bf16", "block")),
     (SM90 | {"accum": "promoted", "schedule": "pingpong", "tile_m": 64},
      ScaledGemmProblem(64, 1024, 1024, "bf16", "block")),

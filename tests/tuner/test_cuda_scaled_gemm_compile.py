@@ -28,10 +28,19 @@ SM90 = {
     "schedule": "coop",
     "raster": "auto",
     "swizzle": 1,
+    "scheduler": "persistent",
 }
 CASES = [
     {**SM90, "out_dtype": "bf16", "scaling": "per_tensor", "accum": "fast"},
     {**SM90, "out_dtype": "f16", "scaling": "block", "accum": "promoted"},
+    {
+        **SM90,
+        "out_dtype": "bf16",
+        "scaling": "per_tensor",
+        "accum": "promoted",
+        "tile_n": 256,
+        "scheduler": "streamk",
+    },  # fmt: skip
     {
         "library": "tunehub",
         "family": "decode_fp8",
@@ -88,7 +97,9 @@ def _dims(*values: int) -> tuple[ctypes.Array, int]:
     return (ctypes.c_int64 * len(values))(*values), len(values)
 
 
-@pytest.mark.parametrize("params", CASES, ids=lambda p: f"{p['family']}-{p['scaling']}")
+@pytest.mark.parametrize(
+    "params", CASES, ids=lambda p: f"{p['family']}-{p['scaling']}-{p.get('scheduler', '')}"
+)
 def test_each_template_compiles_for_sm90a(tmp_path: Path, params: dict) -> None:
     require_toolchain(lambda: None)
     config = EngineConfig(cache_dir=str(tmp_path), compile_workers=1, compile_timeout_s=900)

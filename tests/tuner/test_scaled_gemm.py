@@ -180,7 +180,17 @@ def test_order_puts_the_vendor_default_then_the_decode_kernels_first_for_small_m
     families = [p["family"] for p in ordered[1:8]]
     assert families == ["swapab_fp8"] * 4 + ["decode_fp8"] * 3
     prefill = ScaledGemmProblem(2048, 4096, 4096)
-    assert SPACE.order(_pruned(prefill), prefill, "e4m3", "rcr")[0]["family"] == "sm90_fp8"
+    first = SPACE.order(_pruned(prefill), prefill, "e4m3", "rcr")[0]
+    assert (
+        SPACE.name(first, "e4m3", "rcr")
+        == "scaled_gemm_e4m3_bf16_per_tensor_128x256x128_c2x1_coop_fast"
+    )  # noqa: E501
+    narrow = ScaledGemmProblem(64, 4096, 4096, "bf16", "block")  # a seed of tile M 64 first
+    first = SPACE.order(_pruned(narrow), narrow, "e4m3", "rcr")[0]
+    assert (first["tile_m"], first["schedule"], first["scaling"]) == (64, "pingpong", "block")
+    streamk = [p for p in _pruned(prefill) if p["scheduler"] == "streamk"]
+    assert streamk and all(p["schedule"] == "coop" for p in streamk)
+    assert not [p for p in _pruned(narrow) if p["scheduler"] == "streamk"]  # per-tensor only
 
 
 def test_discovery_is_built_for_the_problems_types_and_labels_its_answer() -> None:

@@ -14,7 +14,8 @@
 - ``sm90_fp8`` (library ``cutlass``): CUTLASS 3.x warp-specialized TMA + wgmma kernels, tile x
   cluster x schedule (cooperative, ping-pong) x accumulation (per-tensor: ``fast``, the wgmma
   accumulator alone, or ``promoted`` into f32 every K tile; block scaling: CUTLASS's
-  ``...FP8BlockScaledAccum`` kernels, groupwise 1x128x128) x raster.
+  ``...FP8BlockScaledAccum`` kernels, groupwise 1x128x128) x raster x tile scheduler
+  (persistent; stream-K for cooperative per-tensor kernels), proven configurations first.
 - ``decode_fp8`` (library ``tunehub``): ours, for m <= 16: each warp streams rows of the FP8
   weights in 16-byte vectors and dequantizes in registers, multiplying on CUDA cores
   (``scaled_gemm_decode.cu.j2``); bound by its f32 FMAs from m ~ 8 on.
@@ -78,6 +79,21 @@ _SM90_CLUSTERS = ((1, 1), (2, 1), (1, 2))
 _SM90_SCHEDULES = ("coop", "pingpong")
 _SM90_ACCUMS = ("fast", "promoted")
 _SM90_RASTERS = ("auto", "m", "n")
+#: persistent tiles, or stream-K (cooperative per-tensor kernels: the last wave's K split)
+_SM90_SCHEDULERS = ("persistent", "streamk")
+#: configurations tried first where their tile M suits m: (tile M, tile N, cluster, schedule,
+#: accumulation, scheduler); the FP8 analogues of the f16 space's proven seeds
+_SM90_SEEDS: tuple[tuple[int, int, tuple[int, int], str, str, str], ...] = (
+    (128, 256, (2, 1), "coop", "fast", "persistent"),
+    (128, 128, (1, 2), "coop", "fast", "persistent"),
+    (256, 128, (2, 1), "coop", "fast", "persistent"),
+    (128, 256, (1, 1), "coop", "fast", "streamk"),
+    (128, 128, (1, 1), "coop", "promoted", "persistent"),
+    (64, 128, (1, 1), "pingpong", "fast", "persistent"),
+    (64, 256, (1, 1), "pingpong", "fast", "persistent"),
+    (128, 128, (1, 2), "coop", "promoted", "persistent"),
+    (64, 128, (1, 1), "pingpong", "promoted", "persistent"),
+)
 _MAX_ACCUMULATORS_PER_THREAD = 128
 _TMA_EPILOGUE_SMEM = 16 * 1024
 
@@ -97,6 +113,8 @@ def _sm90_reason(p: Params) -> str | None:
         return "tile holds too many accumulators per thread"
     if 2 * (tm + tn) * tk + _TMA_EPILOGUE_SMEM > SM90_SMEM_BYTES:  # 1-byte FP8 stages
         return "two pipeline stages do not fit in shared memory"
+    if p["scheduler"] == "streamk" and (p["schedule"] != "coop" or p["scaling"] != "per_tensor"):
+        return "stream-K: cooperative per-tensor kernels"
     if p["scaling"] == "block":
         if tn != 128:
             return "block scaling's 128-wide weight blocks: tile N must be 128"
@@ -107,7 +125,10 @@ def _sm90_reason(p: Params) -> str | None:
 
 def _sm90_params() -> list[Params]:
     out: list[Params] = []
-    for scaling, out_dtype, tm, tn, tk, (cm, cn), schedule, accum, raster in itertools.product(
+    for scaling, out_dtype, tm, tn, tk, (
+        cm,
+        cn,
+    ), schedule, accum, raster, sched in itertools.product(
         SCALINGS,
         SCALED_GEMM_OUT_DTYPES,
         _SM90_TILE_M,
@@ -117,6 +138,7 @@ def _sm90_params() -> list[Params]:
         _SM90_SCHEDULES,
         _SM90_ACCUMS,
         _SM90_RASTERS,
+        _SM90_SCHEDULERS,
     ):
         params: Params = {
             "library": "cutlass",
@@ -132,6 +154,7 @@ def _sm90_params() -> list[Params]:
             "accum": accum,
             "raster": raster,
             "swizzle": 1,
+            "scheduler": sched,
         }
         if _sm90_reason(params) is None:
             out.append(params)
@@ -143,10 +166,39 @@ def _sm90_params() -> list[Params]:
             _SM90_ACCUMS.index(p["accum"]),
             _SM90_SCHEDULES.index(p["schedule"]),
             _SM90_CLUSTERS.index((p["cluster_m"], p["cluster_n"])),
+            _SM90_SCHEDULERS.index(p["scheduler"]),
             p["tile_m"],
         )
 
     return sorted(out, key=rank)
+
+
+def _sm90_seed(p: Params) -> int:
+    """Position of ``p`` in ``_SM90_SEEDS`` (its length when not a seed in raster auto)."""
+    key = (
+        p["tile_m"],
+        p["tile_n"],
+        (p["cluster_m"], p["cluster_n"]),
+        p["schedule"],
+        p["accum"],
+        p["scheduler"],
+    )
+    if p["raster"] == "auto" and key in _SM90_SEEDS:
+        return _SM90_SEEDS.index(key)
+    return len(_SM90_SEEDS)
+
+
+def _sm90_order(candidates: list[Params], m: int) -> list[Params]:
+    """Seeds whose tile M is at most m (rounded up to 64) first, then by how close tile M is
+    to m; ties in enumerate's order."""
+    target = min(max(-(-m // 64) * 64, 64), 256)
+
+    def key(i: int) -> tuple[int, int, int]:
+        p = candidates[i]
+        seed = _sm90_seed(p) if p["tile_m"] <= target else len(_SM90_SEEDS)
+        return (seed, abs(p["tile_m"] - target), i)
+
+    return [candidates[i] for i in sorted(range(len(candidates)), key=key)]
 
 
 #: cuBLASLt's FP8 accumulation: 0 promoted into f32 (``torch._scaled_mm``'s default), 1 fast
@@ -254,10 +306,7 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
             (p for p in candidates if p["family"] == DECODE_FAMILY),
             key=lambda p: fp8_decode.decode_rank(p, problem),
         )
-        cutlass = sorted(
-            (p for p in candidates if p["family"] == SM90_FAMILY),
-            key=lambda p: abs(p["tile_m"] - min(max(problem.m, 64), 256)),
-        )
+        cutlass = _sm90_order([p for p in candidates if p["family"] == SM90_FAMILY], problem.m)
         swapab = sorted(
             (p for p in candidates if p["family"] == SWAPAB_FAMILY),
             key=lambda p: fp8_decode.swapab_rank(p, problem),
@@ -293,6 +342,8 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
             params["schedule"],
             params["accum"],
         ]
+        if params["scheduler"] == "streamk":
+            parts.append("streamk")
         if params["raster"] != "auto":
             parts.append(f"r{params['raster']}")
         return "_".join(parts)
