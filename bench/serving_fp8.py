@@ -121,9 +121,12 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         request = _request(problem, args.per_shape)
         discovered = backend.discover(request, arch)
         candidates, _ = candidate_params(request, arch, "cuda", discovered)
-        picked = candidates[: args.per_shape] + [
-            p for p in discovered[: args.vendor_algos] if p not in candidates[: args.per_shape]
-        ]
+        # the heuristic's first few as found and with fast accumulation, beside the space's head
+        vendor = [p for p in discovered if p["fast_accum"] == 0][: args.vendor_algos] + [
+            p for p in discovered if p["fast_accum"] == 1
+        ][: args.vendor_algos]
+        head = candidates[: args.per_shape]
+        picked = head + [p for p in vendor if p not in head]
         variants = [backend.render(space, p, "e4m3", "rcr", arch) for p in picked]
         built = backend.build(variants)
         row: dict[str, Any] = {"model": MODEL, "layer": layer, **problem.dims()}
@@ -240,7 +243,9 @@ def main() -> int:
     parser.add_argument("--cache-dir", default=".cache/tunehub")
     parser.add_argument("--scaling", default="per_tensor,block")
     parser.add_argument("--per-shape", type=int, default=12)
-    parser.add_argument("--vendor-algos", type=int, default=4)
+    parser.add_argument(
+        "--vendor-algos", type=int, default=2, help="cuBLASLt algorithms per accumulation mode"
+    )
     parser.add_argument("--bench-s", type=float, default=0.1)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--list", action="store_true", help="print the precompile commands")
