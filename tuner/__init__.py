@@ -17,6 +17,7 @@ from tuner.problems import (
     Problem,
     ReduceProblem,
     RmsNormProblem,
+    ScaledGemmProblem,
     SoftmaxProblem,
     problem_from_dict,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "ReduceProblem",
     "SoftmaxProblem",
     "RmsNormProblem",
+    "ScaledGemmProblem",
     "problem_from_dict",
     "BenchResult",
     "Budget",

@@ -11,7 +11,12 @@ Every variant, CUDA (``tunehub_run`` in ``kernel_templates/cuda/_tunehub_abi.cuh
   refuse a pattern outside [0, 0x7F800000), i.e. a negative, infinite or NaN eps. Tuning and
   verification use :data:`RMS_NORM_EPS`.
 
-Inputs follow ``tuner.reference.make_inputs`` (rms_norm: x [m, k], then w [k]).
+- scaled_gemm: the out_dtype code (0 bf16, 1 f16) and the scaling code (0 per_tensor,
+  1 block), so ``[m, n, k, out_code, scaling_code]``; a variant is built for one of each and
+  refuses the others (``tuner.fp8`` defines the codes, inputs and scale layouts).
+
+Inputs follow ``tuner.reference.make_inputs`` (rms_norm: x [m, k], then w [k]; scaled_gemm:
+a, b, a_scale, b_scale).
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from __future__ import annotations
 import math
 import struct
 
-from tuner.problems import Problem, ReduceProblem, RmsNormProblem
+from tuner.fp8 import OUT_DTYPE_CODES, SCALING_CODES
+from tuner.problems import Problem, ReduceProblem, RmsNormProblem, ScaledGemmProblem
 
 __all__ = [
     "REDUCE_KIND_CODES",
@@ -71,4 +77,6 @@ def abi_dims(problem: Problem, *, eps: float = RMS_NORM_EPS) -> list[int]:
         dims.append(REDUCE_KIND_CODES[problem.kind])
     elif isinstance(problem, RmsNormProblem):
         dims.append(eps_bits(eps))
+    elif isinstance(problem, ScaledGemmProblem):
+        dims += [OUT_DTYPE_CODES[problem.out_dtype], SCALING_CODES[problem.scaling]]
     return dims

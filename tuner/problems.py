@@ -28,13 +28,22 @@ __all__ = [
     "ReduceProblem",
     "SoftmaxProblem",
     "RmsNormProblem",
+    "ScaledGemmProblem",
+    "SCALED_GEMM_OUT_DTYPES",
+    "SCALINGS",
+    "SCALE_BLOCK",
+    "FP8_K_ALIGN",
+    "OP_DTYPES",
+    "op_dtypes",
+    "check_op_dtype",
     "problem_from_dict",
     "PROBLEM_TYPES",
     "problem_epilogue",
 ]
 
-Op = Literal["gemm", "conv2d", "reduce", "softmax", "rms_norm"]
-DType = Literal["f16", "bf16", "f32"]
+Op = Literal["gemm", "conv2d", "reduce", "softmax", "rms_norm", "scaled_gemm"]
+#: e4m3 (FP8) is the input dtype of scaled_gemm alone (``OP_DTYPES``)
+DType = Literal["f16", "bf16", "f32", "e4m3"]
 ReduceKind = Literal["sum", "max", "mean"]
 OPS: tuple[str, ...] = get_args(Op)
 DTYPES: tuple[str, ...] = get_args(DType)
@@ -45,7 +54,29 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     "reduce": ("row",),
     "softmax": ("row",),
     "rms_norm": ("row",),
+    "scaled_gemm": ("rcr",),
 }
+#: the request dtypes each op takes (an op not named takes f16, bf16 and f32); scaled_gemm's
+#: dtype is its inputs' (FP8 e4m3), its output dtype is the problem's ``out_dtype``
+OP_DTYPES: dict[str, tuple[str, ...]] = {"scaled_gemm": ("e4m3",)}
+_PLAIN_DTYPES = ("f16", "bf16", "f32")
+
+
+def op_dtypes(op: str) -> tuple[str, ...]:
+    """The request dtypes ``op`` takes."""
+    return OP_DTYPES.get(op, _PLAIN_DTYPES)
+
+
+def check_op_dtype(op: str, dtype: str) -> str:
+    """``dtype`` when ``op`` takes it, else InvalidRequestError naming ``dtype``."""
+    allowed = op_dtypes(op)
+    if dtype not in allowed:
+        raise InvalidRequestError(
+            "dtype", f"op {op} takes dtype {' or '.join(allowed)}, not {dtype!r}"
+        )
+    return dtype
+
+
 #: no single dim may exceed this (2^24): keeps int32 index math in kernels safe per dim
 MAX_DIM = 1 << 24
 #: no operand may hold more elements than this (2^31 - 1): kernels index with int64 above it
@@ -302,9 +333,77 @@ def problem_epilogue(problem: Problem) -> str:
     return str(getattr(problem, "epilogue", NONE))
 
 
+#: scaled_gemm's output dtypes and scalings (tuner.fp8 documents the scale layouts)
+SCALED_GEMM_OUT_DTYPES = ("bf16", "f16")
+SCALINGS = ("per_tensor", "block")
+#: block scaling's block edge (B per 128x128, A per 1x128 along K)
+SCALE_BLOCK = 128
+#: FP8 rows must hold whole 16-byte vectors (TMA and vector loads): k a multiple of 16
+FP8_K_ALIGN = 16
+
+
+@dataclass(frozen=True)
+class ScaledGemmProblem(Problem):
+    """D[m, n] = (sa * A[m, k]) @ (sb * B[n, k])^T, A and B FP8 e4m3 (A activations row-major,
+    B weights stored [n, k]: layout rcr), f32 accumulate, D in ``out_dtype`` (bf16 or f16).
+
+    ``scaling`` ``per_tensor``: one f32 scale for A and one for B. ``block`` (DeepSeek-style):
+    A one f32 scale per 1x128 along K, B one per 128x128 block, so k and n must be multiples of
+    128. k must be a multiple of 16 either way (FP8 rows in 16-byte vectors)."""
+
+    op: ClassVar[str] = "scaled_gemm"
+    dim_names: ClassVar[tuple[str, ...]] = ("m", "n", "k")
+    m: int
+    n: int
+    k: int
+    out_dtype: str = "bf16"
+    scaling: str = "per_tensor"
+
+    def __post_init__(self) -> None:
+        if self.out_dtype not in SCALED_GEMM_OUT_DTYPES:
+            raise InvalidRequestError(
+                "out_dtype", f"must be one of {SCALED_GEMM_OUT_DTYPES}, not {self.out_dtype!r}"
+            )
+        if self.scaling not in SCALINGS:
+            raise InvalidRequestError("scaling", f"must be one of {SCALINGS}, not {self.scaling!r}")
+        super().__post_init__()
+        if self.k % FP8_K_ALIGN:
+            raise InvalidRequestError(
+                "k",
+                f"must be a multiple of {FP8_K_ALIGN} (FP8 rows in 16-byte vectors), got {self.k}",
+            )
+        if self.scaling == "block":
+            for name in ("k", "n"):
+                value = getattr(self, name)
+                if value % SCALE_BLOCK:
+                    raise InvalidRequestError(
+                        name,
+                        f"must be a multiple of {SCALE_BLOCK} with block scaling "
+                        f"(128x128 weight blocks), got {value}",
+                    )
+
+    def operand_sizes(self) -> dict[str, int]:
+        return {"a": self.m * self.k, "b": self.n * self.k, "c": self.m * self.n}
+
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+    def bytes_moved(self, element_size: int) -> float:
+        """FP8 inputs (1 byte), the output in ``out_dtype`` (2 bytes); ``element_size`` is
+        ignored: the op's bytes are fixed by its types."""
+        return float(self.m * self.k + self.n * self.k + 2 * self.m * self.n)
+
+
 PROBLEM_TYPES: dict[str, type[Problem]] = {
     cls.op: cls
-    for cls in (GemmProblem, Conv2dProblem, ReduceProblem, SoftmaxProblem, RmsNormProblem)
+    for cls in (
+        GemmProblem,
+        Conv2dProblem,
+        ReduceProblem,
+        SoftmaxProblem,
+        RmsNormProblem,
+        ScaledGemmProblem,
+    )
 }
 
 

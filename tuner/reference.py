@@ -14,12 +14,14 @@ import numpy as np
 
 from tuner.abi import RMS_NORM_EPS
 from tuner.epilogues import NONE, activation_of
+from tuner.fp8 import make_scaled_gemm_inputs, scaled_gemm_reference
 from tuner.problems import (
     Conv2dProblem,
     GemmProblem,
     Problem,
     ReduceProblem,
     RmsNormProblem,
+    ScaledGemmProblem,
     SoftmaxProblem,
 )
 
@@ -42,7 +44,7 @@ STORAGE: dict[str, np.dtype] = {
     "f16": np.dtype(np.float16),
     "bf16": np.dtype(np.uint16),
 }
-ELEMENT_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
+ELEMENT_SIZE = {"f32": 4, "f16": 2, "bf16": 2, "e4m3": 1}
 # (relative, absolute) tolerances of the output, per output storage dtype
 _TOLERANCE = {"f32": (1e-4, 1e-4), "f16": (1e-2, 1e-2), "bf16": (2e-2, 2e-2)}
 
@@ -76,6 +78,8 @@ def make_inputs(
         values -= scale
         return to_storage(values, dtype)
 
+    if isinstance(problem, ScaledGemmProblem):  # FP8 bytes and f32 scales (tuner.fp8)
+        return make_scaled_gemm_inputs(problem, rng)
     if isinstance(problem, GemmProblem):
         m, n, k = problem.m, problem.n, problem.k
         a = uniform(m, k) if layout[0] == "r" else uniform(k, m)
@@ -98,6 +102,8 @@ def reference(
     problem: Problem, dtype: str, layout: str, inputs: dict[str, np.ndarray]
 ) -> np.ndarray:
     """The expected output as float32 (C row-major, y NPQK, y[m] or y[m, k])."""
+    if isinstance(problem, ScaledGemmProblem):  # from the dequantized FP8 inputs
+        return scaled_gemm_reference(problem, inputs)
     if isinstance(problem, GemmProblem):
         a = from_storage(inputs["a"], dtype)
         b = from_storage(inputs["b"], dtype)

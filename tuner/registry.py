@@ -33,6 +33,8 @@ SPACES: dict[tuple[str, str], str] = {
     ("gemm", "cuda"): "tuner.spaces.cuda_gemm:CudaGemmSpace",
     ("conv2d", "cuda"): "tuner.spaces.cuda_conv2d:CudaConv2dSpace",
     ("rms_norm", "cuda"): "tuner.spaces.cuda_rms_norm:CudaRmsNormSpace",
+    # FP8: CUDA only (no CPU space: a cpu job for it is refused at submission)
+    ("scaled_gemm", "cuda"): "tuner.spaces.cuda_scaled_gemm:CudaScaledGemmSpace",
 }
 BACKENDS: dict[str, str] = {
     "cpu": "tuner.backends.cpu:CpuBackend",

@@ -31,7 +31,13 @@ from service.schemas.client_results import CLIENT_KEY_SCHEMA
 from service.schemas.common import JSON_OBJECT_MARK, TEXT_PATTERN
 from service.settings import Settings
 from tuner.epilogues import EPILOGUES, EPILOGUES_OF_OP
-from tuner.problems import MAX_DIM, PROBLEM_TYPES, ReduceKind
+from tuner.problems import (
+    MAX_DIM,
+    PROBLEM_TYPES,
+    SCALED_GEMM_OUT_DTYPES,
+    SCALINGS,
+    ReduceKind,
+)
 
 __all__ = ["install_openapi", "allowed_methods", "api_routes", "problem_schema", "ERROR_SCHEMA"]
 
@@ -116,6 +122,9 @@ def problem_schema() -> dict[str, Any]:
             properties["kind"] = dict(_KIND_SCHEMA)
         if op in EPILOGUES_OF_OP:
             properties["epilogue"] = {"type": "string", "enum": list(EPILOGUES_OF_OP[op])}
+        if op == "scaled_gemm":
+            properties["out_dtype"] = {"type": "string", "enum": list(SCALED_GEMM_OUT_DTYPES)}
+            properties["scaling"] = {"type": "string", "enum": list(SCALINGS)}
         required = [name for name in properties if fields[name].default is dataclasses.MISSING]
         shapes.append(
             {

@@ -39,7 +39,7 @@ from service.schemas.configs import MAX_NEAREST_DISTANCE, ConfigQuery
 from service.schemas.jobs import JobCreate
 from tuner.abi import RMS_NORM_EPS
 from tuner.errors import TunerError
-from tuner.problems import DTYPES, LAYOUTS, problem_from_dict
+from tuner.problems import LAYOUTS, OP_DTYPES, op_dtypes, problem_from_dict
 from tuner.registry import BACKENDS, STRATEGIES
 
 __all__ = ["tune_app", "best_app", "run_tune"]
@@ -60,6 +60,11 @@ def _problem_dims(op: str, dims: dict[str, Any]) -> dict[str, Any]:
         raise UserError(f"invalid {op} problem: {exc}") from None
 
 
+def _check_dtype(op: str, dtype: str) -> None:
+    """The op's dtypes (scaled_gemm takes e4m3 alone, the others f16, bf16 and f32)."""
+    check_choice("dtype", dtype, op_dtypes(op))
+
+
 def run_tune(
     client: TunehubClient,
     *,
@@ -78,7 +83,7 @@ def run_tune(
     """Submit one problem, draw progress until the job ends, print candidates and winner.
 
     Returns the exit status: 0 when a winner was found, 1 otherwise."""
-    check_choice("dtype", dtype, DTYPES)
+    _check_dtype(op, dtype)
     check_choice("strategy", strategy, list(STRATEGIES))
     check_choice("objective", objective, list(OBJECTIVES))
     check_choice("backend", backend, list(BACKENDS))
@@ -172,7 +177,7 @@ def _best_command(
     server: str | None,
     token: str | None,
 ) -> None:
-    check_choice("dtype", dtype, DTYPES)
+    _check_dtype(op, dtype)
     if layout is not None:
         check_choice(f"layout of {op}", layout, LAYOUTS[op])
     problem = _problem_dims(op, dims)
@@ -289,6 +294,10 @@ _EpilogueOpt = Annotated[
         "only) gated_silu, which halves n: silu(gate half + bias) * (up half + bias)."
     ),
 ]
+_OutDTypeOpt = Annotated[str, typer.Option(help="bf16 or f16 (the output; inputs are e4m3).")]
+_ScalingOpt = Annotated[
+    str, typer.Option(help="per_tensor, or block (A per 1x128 along k, B per 128x128).")
+]
 
 #: each op's own options, in the order --help lists them: (name, annotation, default); all
 #: are dims of the problem except ``layout``
@@ -310,9 +319,22 @@ _OP_OPTIONS: dict[str, tuple[tuple[str, Any, Any], ...]] = {
         ("dilation", DimOpt, 1),
         ("epilogue", _EpilogueOpt, "none"),
     ),
+    "scaled_gemm": (
+        ("m", DimOpt, _REQUIRED),
+        ("n", DimOpt, _REQUIRED),
+        ("k", DimOpt, _REQUIRED),
+        ("out_dtype", _OutDTypeOpt, "bf16"),
+        ("scaling", _ScalingOpt, "per_tensor"),
+    ),
 }
 #: the layout of an op without a --layout option (None: the op has no layouts)
-_FIXED_LAYOUT = {"reduce": None, "softmax": None, "rms_norm": None, "conv2d": "nhwc"}
+_FIXED_LAYOUT = {
+    "reduce": None,
+    "softmax": None,
+    "rms_norm": None,
+    "conv2d": "nhwc",
+    "scaled_gemm": "rcr",
+}
 
 _TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("dtype", DTypeOpt, "f32"),
@@ -343,6 +365,10 @@ _TUNE_HELP = {
     ),
     "gemm": "GEMM: C (m x n) = A (m x k) @ B (k x n).",
     "conv2d": "Forward convolution, NHWC input, KRSC filter.",
+    "scaled_gemm": (
+        "FP8 GEMM: D (m x n, out-dtype) = (sa A) (m x k, e4m3) @ (sb B)^T, B (n x k, e4m3) "
+        "weights; f32 accumulate; --dtype e4m3."
+    ),
 }
 _BEST_HELP = {
     "reduce": "Best config of a row reduction.",
@@ -350,6 +376,7 @@ _BEST_HELP = {
     "rms_norm": "Best config of an RMSNorm over rows.",
     "gemm": "Best config of a GEMM.",
     "conv2d": "Best config of a forward convolution.",
+    "scaled_gemm": "Best config of an FP8 GEMM with scales (--dtype e4m3).",
 }
 
 
@@ -364,6 +391,11 @@ def _add_op_command(
     **shared values)``. Typer reads the options from the signature, so one builder serves
     every op (the four ops differ only in their dims)."""
     own = _OP_OPTIONS[op]
+    if op in OP_DTYPES:  # an op of its own dtypes (scaled_gemm: e4m3) defaults to its first
+        shared = tuple(
+            (name, kind, OP_DTYPES[op][0] if name == "dtype" else default)
+            for name, kind, default in shared
+        )
 
     def command(**values: Any) -> None:
         dims = {name: values.pop(name) for name, _, _ in own}

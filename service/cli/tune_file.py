@@ -36,7 +36,7 @@ from service.client import TunehubClient
 from service.schemas.configs import MAX_QUERIES, ConfigQuery, ConfigQueryBatch
 from service.schemas.jobs import MAX_PROBLEMS_PER_JOB, JobCreate, JobOut
 from tuner.errors import TunerError
-from tuner.problems import LAYOUTS, problem_from_dict
+from tuner.problems import LAYOUTS, op_dtypes, problem_from_dict
 from tuner.registry import BACKENDS
 
 __all__ = ["RecordedShape", "read_shapes", "tune_from_file", "DEFAULT_ARTIFACT_WAIT_S"]
@@ -115,6 +115,11 @@ def _shape(number: int, fields: Any, source: str, backend: str) -> RecordedShape
         raise UserError(
             f"{where}: layout: {layout!r} is not one of {', '.join(LAYOUTS[query.op])} for "
             f"{query.op}"
+        )
+    if query.dtype not in op_dtypes(query.op):
+        raise UserError(
+            f"{where}: dtype: {query.dtype!r} is not one of {', '.join(op_dtypes(query.op))} "
+            f"for {query.op}"
         )
     try:
         problem = problem_from_dict(query.op, query.problem).dims()

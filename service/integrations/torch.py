@@ -28,6 +28,12 @@ library, service down with nothing cached) or the call is one tunehub has no ker
 dim other than the last, float64, groups, autograd), torch's op runs: said once per shape
 (a warning), counted per call in :func:`stats`.
 
+FP8 (issue 26, item 4; not yet an op here): ``scaled_mm(a, b, scale_a, scale_b, out_dtype,
+scaling)`` goes beside ``linear`` (``torch.ops.tunehub.scaled_mm``), running the ``scaled_gemm``
+problem (dtype e4m3, layout rcr, ABI dims ``tuner.abi.abi_dims``: [m, n, k, out code, scaling
+code], inputs [a, b, scale_a, scale_b] laid out as ``tuner.fp8`` says) with
+``torch._scaled_mm`` as its fallback; docs/fp8.md lists what the runtime needs for it.
+
 Configuration: :func:`configure`, else ``TUNEHUB_SERVER``, ``TUNEHUB_TOKEN``,
 ``TUNEHUB_CLIENT_CACHE`` (answers, artifacts, builds), ``TUNEHUB_TORCH_LOAD``
 (artifact|source|auto), ``TUNEHUB_TORCH_MAX_DISTANCE``; ``TUNEHUB_RECORD=path`` records the

@@ -27,8 +27,9 @@ __all__ = [
     "ABI_VERSION",
 ]
 
-Op = Literal["gemm", "conv2d", "reduce", "softmax", "rms_norm"]
-DType = Literal["f16", "bf16", "f32"]
+Op = Literal["gemm", "conv2d", "reduce", "softmax", "rms_norm", "scaled_gemm"]
+#: e4m3 (FP8) is scaled_gemm's input dtype alone (tuner.problems.OP_DTYPES)
+DType = Literal["f16", "bf16", "f32", "e4m3"]
 ReduceKind = Literal["sum", "max", "mean"]
 #: a backend's name (the backend itself is ``tuner.backends.base.Backend``)
 BackendName = Literal["cpu", "cuda"]
@@ -43,6 +44,7 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     "reduce": ("row",),
     "softmax": ("row",),
     "rms_norm": ("row",),
+    "scaled_gemm": ("rcr",),
 }
 #: no single problem dim may exceed this (2^24)
 MAX_DIM = 1 << 24

@@ -8,9 +8,17 @@ from typing import Any
 
 from service.errors import InvalidInput
 from tuner.errors import InvalidRequestError
-from tuner.problems import LAYOUTS, Problem, problem_from_dict
+from tuner.problems import LAYOUTS, Problem, check_op_dtype, problem_from_dict
+from tuner.registry import SPACES
 
-__all__ = ["parse_problem", "check_layout", "query_dims", "usable_id"]
+__all__ = [
+    "parse_problem",
+    "check_layout",
+    "check_dtype",
+    "check_backend",
+    "query_dims",
+    "usable_id",
+]
 
 _INT = re.compile(r"^[+-]?\d{1,30}$")
 
@@ -38,6 +46,21 @@ def check_layout(op: str, layout: str | None, loc: Sequence[str | int]) -> str:
     if layout not in LAYOUTS[op]:
         raise InvalidInput(list(loc), f"layout {layout!r} is not one of {LAYOUTS[op]} for op {op}")
     return layout
+
+
+def check_dtype(op: str, dtype: str, loc: Sequence[str | int]) -> str:
+    """``dtype`` if ``op`` takes it (scaled_gemm: e4m3 alone; the others: f16, bf16, f32)."""
+    try:
+        return check_op_dtype(op, dtype)
+    except InvalidRequestError as exc:
+        raise InvalidInput(list(loc), exc.reason) from None
+
+
+def check_backend(op: str, backend: str, loc: Sequence[str | int]) -> str:
+    """``backend`` if it has a variant space for ``op`` (scaled_gemm has none on cpu)."""
+    if (op, backend) not in SPACES:
+        raise InvalidInput(list(loc), f"the {backend} backend has no variant space for op {op}")
+    return backend
 
 
 def query_dims(params: Any, known: set[str]) -> dict[str, Any]:

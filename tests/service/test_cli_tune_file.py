@@ -61,6 +61,15 @@ SUM = {"op": "reduce", "dtype": "f32", "problem": {"m": 64, "k": 1024, "kind": "
         ({**SUM, "problem": {"m": 4, "k": 8, "z": 1}}, "shapes.jsonl:2: problem: z:"),
         ({**SUM, "colour": "red"}, "shapes.jsonl:2: colour: Extra inputs"),
         ({**SUM, "device": "gpu:X:sm_90:1"}, "shapes.jsonl:2: device: 'gpu:X:sm_90:1' is"),
+        ({**SUM, "dtype": "e4m3"}, "shapes.jsonl:2: dtype: 'e4m3' is not one of f16, bf16, f32"),
+        (
+            {
+                "op": "scaled_gemm",
+                "dtype": "e4m3",
+                "problem": {"m": 8, "n": 200, "k": 256, "scaling": "block"},
+            },
+            "shapes.jsonl:2: problem: n: must be a multiple of 128",
+        ),  # fmt: skip
     ],
 )
 def test_a_bad_line_is_named_and_nothing_is_sent(

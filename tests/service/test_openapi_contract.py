@@ -176,6 +176,7 @@ def test_reads_declare_no_security_and_writes_do(api: Any) -> None:
         "reduce problem",
         "softmax problem",
         "rms_norm problem",
+        "scaled_gemm problem",
     ]
     results = paths["/v1/leases/{lease_id}/results"]["post"]["responses"]
     assert {"403", "404", "409"} <= set(results)

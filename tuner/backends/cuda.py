@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 _OUTCOMES = {o.value: o for o in Outcome}
 #: ops whose templates include CUTLASS headers
-_CUTLASS_OPS = ("gemm", "conv2d")
+_CUTLASS_OPS = ("gemm", "conv2d", "scaled_gemm")
 _PROBE_TIMEOUT_S = 120.0
 #: template families that call a vendor library (linked against it, its headers on the include
 #: path) -> that library
@@ -61,6 +61,8 @@ _VENDOR_FAMILIES = {
     "cublaslt_discover": "cublas",
     "cudnn": "cudnn",
     "cudnn_discover": "cudnn",
+    "cublaslt_fp8": "cublas",
+    "cublaslt_fp8_discover": "cublas",
 }
 #: the discovery answer's JSON may be this long
 _DISCOVERY_BUFFER_BYTES = 1 << 20

@@ -23,6 +23,7 @@ from tuner.problems import (
     Problem,
     ReduceProblem,
     RmsNormProblem,
+    ScaledGemmProblem,
     SoftmaxProblem,
 )
 from tuner.reference import tolerance
@@ -30,6 +31,8 @@ from tuner.reference import tolerance
 __all__ = [
     "Workload",
     "build_workload",
+    "scaled_gemm_inputs",
+    "dequantized",
     "rms_norm_reference",
     "apply_epilogue",
     "verify_output",
@@ -57,6 +60,8 @@ class Workload:
     reduction_len: int
     set_bytes: int
     pointer_arrays: list[Any] = field(default_factory=list)
+    #: the output's dtype when it is not the request's (scaled_gemm: its out_dtype)
+    out_dtype: str | None = None
 
 
 def _uniform(
@@ -137,8 +142,47 @@ def rms_norm_reference(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Te
     return w * (x * torch.rsqrt(x.square().mean(dim=-1, keepdim=True) + eps32))
 
 
+def scaled_gemm_inputs(problem: ScaledGemmProblem, gen: torch.Generator) -> list[torch.Tensor]:
+    """[a, b, a_scale, b_scale] on the device as ``tuner.fp8`` lays them out: values in
+    [-1, 1] times a random factor per scale group (0.25..4), each group's scale its amax / 448
+    (torch's float8_e4m3fn cast rounds to nearest even and saturates nothing here)."""
+    m, n, k = problem.m, problem.n, problem.k
+
+    def uniform(*shape: int) -> torch.Tensor:
+        return torch.rand(shape, generator=gen, device="cuda") * 2.0 - 1.0
+
+    def factor(*shape: int) -> torch.Tensor:
+        return torch.rand(shape, generator=gen, device="cuda") * 3.75 + 0.25
+
+    fp8 = torch.float8_e4m3fn
+    if problem.scaling == "per_tensor":
+        a, b = uniform(m, k), uniform(n, k)
+        sa, sb = a.abs().amax().reshape(1) / 448.0, b.abs().amax().reshape(1) / 448.0
+        return [(a / sa).to(fp8), (b / sb).to(fp8), sa.float(), sb.float()]
+    kb, nb = k // 128, n // 128
+    a = uniform(m, kb, 128) * factor(m, kb, 1)
+    b = uniform(nb, 128, kb, 128) * factor(nb, 1, kb, 1)
+    sa = a.abs().amax(dim=2) / 448.0  # [m, kb]
+    sb = b.abs().amax(dim=(1, 3)) / 448.0  # [nb, kb]
+    qa = (a / sa[:, :, None]).to(fp8).reshape(m, k)
+    qb = (b / sb[:, None, :, None]).to(fp8).reshape(n, k)
+    return [qa, qb, sa.t().contiguous(), sb.contiguous()]
+
+
+def dequantized(problem: ScaledGemmProblem, inputs: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """(A [m, k], B [n, k]) in float32: each e4m3 value times its scale."""
+    a, b, sa, sb = inputs[0].float(), inputs[1].float(), inputs[2], inputs[3]
+    if problem.scaling == "per_tensor":
+        return a * sa[0], b * sb[0]
+    sa_rows = sa.t().repeat_interleave(128, dim=1)  # [m, k]
+    sb_blocks = sb.repeat_interleave(128, dim=0).repeat_interleave(128, dim=1)  # [n, k]
+    return a * sa_rows, b * sb_blocks
+
+
 def build_workload(problem: Problem, dtype: str, layout: str, seed: int, l2_bytes: int) -> Workload:
     """Random input sets totalling >= 2x L2 (capped by memory), outputs and the reference."""
+    if isinstance(problem, ScaledGemmProblem):
+        return _scaled_gemm_workload(problem, dtype, layout, seed, l2_bytes)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     in_shapes, out_shape, scale = _shapes(problem, layout)
@@ -168,8 +212,40 @@ def build_workload(problem: Problem, dtype: str, layout: str, seed: int, l2_byte
     return work
 
 
+def _scaled_gemm_workload(
+    problem: ScaledGemmProblem, dtype: str, layout: str, seed: int, l2_bytes: int
+) -> Workload:
+    """FP8 operands and scales per set, outputs in out_dtype, the reference from the
+    dequantized set 0 (float32 matmul, TF32 off)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    set_bytes = problem.m * problem.k + problem.n * problem.k + 2 * problem.m * problem.n
+    free, _ = torch.cuda.mem_get_info()
+    wanted = max(1, math.ceil(2 * l2_bytes / max(1, set_bytes)))
+    n_sets = min(wanted, max(1, int(free * MEMORY_SHARE) // max(1, set_bytes)), MAX_INPUT_SETS)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    inputs = [scaled_gemm_inputs(problem, gen) for _ in range(n_sets)]
+    out = TORCH_DTYPES[problem.out_dtype]
+    outputs = [torch.empty((problem.m, problem.n), dtype=out, device="cuda") for _ in range(n_sets)]
+    a, b = dequantized(problem, inputs[0])
+    work = Workload(
+        key=f"{problem.op}|{dtype}|{layout}|{problem.key()}|{seed}",
+        inputs=inputs,
+        outputs=outputs,
+        expected=a @ b.t(),
+        dims=abi_dims(problem),
+        reduction_len=problem.reduction_length(),
+        set_bytes=set_bytes,
+        out_dtype=problem.out_dtype,
+    )
+    work.pointer_arrays = [(ctypes.c_void_p * len(s))(*[t.data_ptr() for t in s]) for s in inputs]
+    return work
+
+
 def verify_output(work: Workload, dtype: str) -> tuple[bool, float, str]:
-    """(ok, max |error|, message) of output set 0 against the float32 reference."""
+    """(ok, max |error|, message) of output set 0 against the float32 reference (in the
+    workload's out_dtype tolerance when it has one: scaled_gemm)."""
+    dtype = work.out_dtype or dtype
     got = work.outputs[0].float().reshape(work.expected.shape)
     finite = torch.isfinite(got)
     if not bool(finite.all()):

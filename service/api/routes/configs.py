@@ -23,7 +23,7 @@ from service.schemas.configs import (
 from service.store.imports import import_lines
 from service.store.lookup import LookupQuery, find_best, find_best_many
 from service.store.transfer import export_lines
-from service.store.validation import check_layout, parse_problem, query_dims
+from service.store.validation import check_dtype, check_layout, parse_problem, query_dims
 
 __all__ = ["router"]
 
@@ -71,6 +71,7 @@ async def best_config(
     log2 space of the dims). The answer carries an ETag; send it back in ``If-None-Match``
     to get a 304 while the answer is unchanged."""
     layout = check_layout(op, layout, ["query", "layout"])
+    check_dtype(op, dtype, ["query", "dtype"])
     problem = parse_problem(op, query_dims(request.query_params, _KNOWN_QUERY), ["query"])
     query = LookupQuery(op, dtype, layout, problem, device, backend, toolchain)
     maker = request.app.state.sessionmaker
@@ -93,6 +94,7 @@ def query_configs(body: ConfigQueryBatch, session: SessionDep) -> Response:
     for index, query in enumerate(body.queries):
         try:
             layout = check_layout(query.op, query.layout, ["body", "queries", index, "layout"])
+            check_dtype(query.op, query.dtype, ["body", "queries", index, "dtype"])
             problem = parse_problem(query.op, query.problem, ["body", "queries", index, "problem"])
         except InvalidInput as exc:
             parsed.append(f"{'.'.join(map(str, exc.loc))}: {exc.detail}")

@@ -17,7 +17,7 @@ from service.store.jobs import submit_job as submit
 from service.store.models import ApiToken, Job
 from service.store.queue import cancel_job, live_worker_devices, worker_live_seconds
 from service.store.tokens import check_job_owner
-from service.store.validation import usable_id
+from service.store.validation import check_backend, check_dtype, usable_id
 from tuner.capabilities import capabilities_of
 
 __all__ = ["router"]
@@ -39,7 +39,9 @@ def submit_job(
 ) -> JobOut:
     """Queue a tuning job: one task per problem. Nothing is stored when any field is bad.
     The token that submits the job owns it: only it (or an admin) may cancel it."""
+    check_dtype(body.op, body.dtype, ["body", "dtype"])
     problems = parse_problems(body)
+    check_backend(body.op, body.device.backend, ["body", "device", "backend"])
     if body.objective == "energy" and not capabilities_of(body.device.backend).measures_energy:
         raise InvalidInput(
             ["body", "objective"],

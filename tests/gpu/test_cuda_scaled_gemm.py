@@ -1,0 +1,191 @@
+"""FP8 scaled_gemm on a real GPU (H200): one variant of each family (cuBLASLt FP8, CUTLASS sm90
+FP8 per-tensor and block-scaled, our decode and swap-AB kernels) built, verified against the f32
+reference from the dequantized inputs (tuner.fp8's tolerance) and timed; the per-tensor ones
+also against ``torch._scaled_mm``, the call a user would make; the torch-made inputs against
+tuner.fp8's numpy reference.
+
+    python3 -m pytest --noconftest -o addopts= -m gpu tests/gpu/test_cuda_scaled_gemm.py
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from tests.gpu.gpu_helpers import GPU_MARKS, module_cuda_backend
+from tuner.abi import abi_dims
+from tuner.backends.cuda import CudaBackend
+from tuner.fp8 import scaled_gemm_reference
+from tuner.problems import ScaledGemmProblem
+from tuner.reference import tolerance
+from tuner.registry import load_space
+from tuner.types import Outcome, TuneRequest
+
+pytestmark = GPU_MARKS
+
+SPACE = load_space("scaled_gemm", "cuda")
+SM90 = {
+    "library": "cutlass",
+    "family": "sm90_fp8",
+    "tile_m": 128,
+    "tile_n": 128,
+    "tile_k": 128,
+    "cluster_m": 1,
+    "cluster_n": 1,
+    "schedule": "coop",
+    "raster": "auto",
+    "swizzle": 1,
+    "scheduler": "persistent",
+}
+DECODE = {
+    "library": "tunehub",
+    "family": "decode_fp8",
+    "m_tile": 8,
+    "rows": 2,
+    "warps": 4,
+    "unroll": 4,
+    "splits": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CudaBackend]:
+    # TUNEHUB_GPU_TEST_CACHE: a compile cache carried to the GPU host (the CUTLASS builds take
+    # 40-100 s each; bench/precompile_cuda.py or a run of this module here fills it)
+    cache = os.environ.get("TUNEHUB_GPU_TEST_CACHE") or str(tmp_path_factory.mktemp("cache"))
+    yield from module_cuda_backend(cache, compile_timeout_s=600)
+
+
+def _request(problem: ScaledGemmProblem) -> TuneRequest:
+    return TuneRequest(
+        op="scaled_gemm", dtype="e4m3", layout="rcr", problem=problem, backend="cuda"
+    )
+
+
+def _build(backend: CudaBackend, params: dict, problem: ScaledGemmProblem):
+    tagged = {**params, "out_dtype": problem.out_dtype, "scaling": problem.scaling}
+    variant = backend.render(SPACE, tagged, "e4m3", "rcr", backend.device().arch)
+    built = backend.build([variant])[variant.id]
+    assert built.ok and built.artifact, built.log[-3000:]
+    return variant, built.artifact
+
+
+def _verified(backend: CudaBackend, params: dict, problem: ScaledGemmProblem) -> str:
+    assert SPACE.prune({**params, "out_dtype": problem.out_dtype, "scaling": problem.scaling},
+                       problem, "e4m3", "rcr") is None  # fmt: skip
+    variant, artifact = _build(backend, params, problem)
+    result = backend.run(variant, artifact, _request(problem))
+    assert result.outcome == Outcome.OK, (result.variant_name, result.log)
+    assert result.timing is not None and result.timing.median_us > 0
+    return str(artifact)
+
+
+SWAPAB = {
+    "library": "tunehub",
+    "family": "swapab_fp8",
+    "m_tiles": 1,
+    "w_tiles": 1,
+    "warps": 8,
+    "unroll": 4,
+}
+CASES = [
+    (SM90 | {"accum": "fast"}, ScaledGemmProblem(256, 4096, 4096, "bf16", "per_tensor")),
+    (SM90 | {"accum": "promoted"}, ScaledGemmProblem(200, 3584, 18944, "f16", "per_tensor")),
+    (SM90 | {"accum": "fast", "tile_n": 256, "scheduler": "streamk"},
+     ScaledGemmProblem(2048, 3584, 18944, "bf16", "per_tensor")),
+    (SM90 | {"accum": "promoted"}, ScaledGemmProblem(512, 4096, 3584, "bf16", "block")),
+    (SM90 | {"accum": "promoted", "schedule": "pingpong", "tile_m": 64},
+     ScaledGemmProblem(64, 1024, 1024, "bf16", "block")),
+    (DECODE, ScaledGemmProblem(8, 4608, 3584, "bf16", "per_tensor")),
+    (DECODE | {"m_tile": 1, "splits": 1}, ScaledGemmProblem(1, 3584, 18944, "f16", "block")),
+    (SWAPAB, ScaledGemmProblem(5, 4608, 3584, "bf16", "per_tensor")),
+    (SWAPAB | {"m_tiles": 2, "w_tiles": 2}, ScaledGemmProblem(16, 3584, 18944, "bf16", "block")),
+    (SWAPAB | {"warps": 4, "unroll": 2}, ScaledGemmProblem(1, 1000, 1024, "f16", "per_tensor")),
+    (SWAPAB | {"m_tiles": 4}, ScaledGemmProblem(29, 4608, 3584, "bf16", "block")),
+]  # fmt: skip
+
+
+def _case_id(value: object) -> str:
+    if isinstance(value, ScaledGemmProblem):
+        return value.key()
+    assert isinstance(value, dict)
+    return f"{value['family']}-{value.get('schedule', '')}{value.get('accum', '')}"
+
+
+@pytest.mark.parametrize(("params", "problem"), CASES, ids=_case_id)
+def test_cutlass_and_decode_variants_verify(
+    backend: CudaBackend, params: dict, problem: ScaledGemmProblem
+) -> None:
+    _verified(backend, params, problem)
+
+
+@pytest.mark.parametrize("scaling", ["per_tensor", "block"])
+def test_discovered_cublaslt_fp8_algorithms_verify(backend: CudaBackend, scaling: str) -> None:
+    problem = ScaledGemmProblem(128, 4096, 4096, "bf16", scaling)
+    found = backend.discover(_request(problem), backend.device().arch)
+    assert found, "cublasLtMatmulAlgoGetHeuristic returned no FP8 algorithm"
+    assert all(p["family"] == "cublaslt_fp8" and p["scaling"] == scaling for p in found)
+    params = {k: v for k, v in found[0].items() if k not in ("out_dtype", "scaling")}
+    _verified(backend, params, problem)
+
+
+def _run_direct(artifact: str, problem: ScaledGemmProblem, inputs: list) -> object:
+    import torch
+
+    lib = ctypes.CDLL(artifact)
+    dims_list = abi_dims(problem)
+    dims = (ctypes.c_int64 * len(dims_list))(*dims_list)
+    lib.tunehub_workspace_bytes.restype = ctypes.c_size_t
+    ws_bytes = int(lib.tunehub_workspace_bytes(dims, len(dims_list)))
+    workspace = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device="cuda")
+    out_dtype = torch.bfloat16 if problem.out_dtype == "bf16" else torch.float16
+    out = torch.empty((problem.m, problem.n), dtype=out_dtype, device="cuda")
+    pointers = (ctypes.c_void_p * 4)(*[t.data_ptr() for t in inputs])
+    stream = torch.cuda.current_stream().cuda_stream
+    rc = lib.tunehub_run(pointers, ctypes.c_void_p(out.data_ptr()), dims, len(dims_list),
+                         ctypes.c_void_p(workspace.data_ptr()), ctypes.c_size_t(ws_bytes),
+                         ctypes.c_void_p(stream))  # fmt: skip
+    assert rc == 0
+    torch.cuda.synchronize()
+    return out
+
+
+@pytest.mark.parametrize(
+    ("params", "problem"),
+    [
+        (SM90 | {"accum": "fast"}, ScaledGemmProblem(256, 4096, 4096, "bf16", "per_tensor")),
+        (DECODE, ScaledGemmProblem(8, 4608, 3584, "bf16", "per_tensor")),
+        (SWAPAB, ScaledGemmProblem(8, 4608, 3584, "bf16", "per_tensor")),
+    ],
+)
+def test_per_tensor_variants_match_torch_scaled_mm(
+    backend: CudaBackend, params: dict, problem: ScaledGemmProblem
+) -> None:
+    import torch
+
+    from tuner.backends.cuda_workload import scaled_gemm_inputs
+
+    _, artifact = _build(backend, params, problem)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(7)
+    inputs = scaled_gemm_inputs(problem, gen)
+    ours = _run_direct(str(artifact), problem, inputs).float()
+    a, b, sa, sb = inputs
+    theirs = torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=ours.dtype)
+    # numpy's reference from the very bytes: the torch workload and tuner.fp8 agree
+    host = {
+        "a": a.view(torch.uint8).cpu().numpy(),
+        "b": b.view(torch.uint8).cpu().numpy(),
+        "a_scale": sa.cpu().numpy(),
+        "b_scale": sb.cpu().numpy(),
+    }
+    expected = torch.from_numpy(scaled_gemm_reference(problem, host)).cuda()
+    rtol, atol = tolerance(problem.out_dtype, problem.k)
+    for got in (ours, theirs.float()):
+        assert torch.allclose(got, expected, rtol=rtol, atol=atol)
+    assert torch.allclose(ours, theirs.float(), rtol=rtol, atol=atol)
+    assert np.isfinite(ours.cpu().numpy()).all()
