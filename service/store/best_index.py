@@ -58,6 +58,8 @@ __all__ = [
     "BestIndex",
     "best_index_for",
     "split_problem",
+    "INDEX_COLUMNS",
+    "extend_snapshot",
 ]
 
 #: how often a lookup also compares the row count (catches ids committed out of order)
@@ -291,57 +293,68 @@ class BestIndex:
 
     def _load(self, session: Session, old: Snapshot, up_to: int) -> Snapshot:
         rows = session.execute(
-            select(
-                BestConfig.id,
-                BestConfig.op,
-                BestConfig.dtype,
-                BestConfig.layout,
-                BestConfig.problem,
-                BestConfig.device_id,
-                BestConfig.toolchain_id,
-            ).where(BestConfig.id > old.max_id, BestConfig.id <= up_to)
+            select(*INDEX_COLUMNS).where(BestConfig.id > old.max_id, BestConfig.id <= up_to)
         ).all()
         self.loads += 1
-        devices, toolchains = old.devices, old.toolchains
-        if any(r.device_id not in devices for r in rows):
-            devices = {
-                d.id: DeviceEntry(d.id, d.backend, d.name, d.key())
-                for d in session.scalars(select(Device))
-            }
-        if any(r.toolchain_id not in toolchains for r in rows):
-            toolchains = {
-                t.id: ToolchainEntry(t.id, t.key, t.compiler, t.template_version, t.created_at)
-                for t in session.scalars(select(Toolchain))
-            }
-        added: dict[tuple[GroupKey, Category], tuple[list[list[float]], list[int]]] = {}
-        group_toolchains = dict(old.group_toolchains)
-        for row in rows:
-            category, logs = split_problem(row.problem, dim_names(row.op))
-            key = (row.op, row.dtype, row.layout, row.device_id, row.toolchain_id)
-            new_logs, new_ids = added.setdefault((key, category), ([], []))
-            new_logs.append(logs)
-            new_ids.append(row.id)
-            present = group_toolchains.get(key[:4], frozenset())
-            if row.toolchain_id not in present:
-                group_toolchains[key[:4]] = present | {row.toolchain_id}
-        groups = dict(old.groups)
-        for (key, category), (new_logs, new_ids) in added.items():
-            blocks = dict(groups.get(key, {}))
-            matrix = np.asarray(new_logs, dtype=np.float64).reshape(len(new_ids), -1)
-            ids = np.asarray(new_ids, dtype=np.int64)
-            if category in blocks:
-                matrix = np.concatenate([blocks[category][0], matrix])
-                ids = np.concatenate([blocks[category][1], ids])
-            blocks[category] = (matrix, ids)
-            groups[key] = blocks
-        return Snapshot(
-            max_id=up_to,
-            count=old.count + len(rows),
-            devices=devices,
-            toolchains=toolchains,
-            group_toolchains=group_toolchains,
-            groups=groups,
-        )
+        return extend_snapshot(session, old, rows, up_to)
+
+
+#: the columns :func:`extend_snapshot` reads of each best config row
+INDEX_COLUMNS = (
+    BestConfig.id,
+    BestConfig.op,
+    BestConfig.dtype,
+    BestConfig.layout,
+    BestConfig.problem,
+    BestConfig.device_id,
+    BestConfig.toolchain_id,
+)
+
+
+def extend_snapshot(session: Session, old: Snapshot, rows: Sequence[Any], max_id: int) -> Snapshot:
+    """``old`` with ``rows`` (best configs it does not hold yet, with the INDEX_COLUMNS) added;
+    devices and toolchains are read again when a row names one the snapshot lacks. Also used
+    by :mod:`service.store.read_model`, so both answer nearest queries from the same index."""
+    devices, toolchains = old.devices, old.toolchains
+    if any(r.device_id not in devices for r in rows):
+        devices = {
+            d.id: DeviceEntry(d.id, d.backend, d.name, d.key())
+            for d in session.scalars(select(Device))
+        }
+    if any(r.toolchain_id not in toolchains for r in rows):
+        toolchains = {
+            t.id: ToolchainEntry(t.id, t.key, t.compiler, t.template_version, t.created_at)
+            for t in session.scalars(select(Toolchain))
+        }
+    added: dict[tuple[GroupKey, Category], tuple[list[list[float]], list[int]]] = {}
+    group_toolchains = dict(old.group_toolchains)
+    for row in rows:
+        category, logs = split_problem(row.problem, dim_names(row.op))
+        key = (row.op, row.dtype, row.layout, row.device_id, row.toolchain_id)
+        new_logs, new_ids = added.setdefault((key, category), ([], []))
+        new_logs.append(logs)
+        new_ids.append(row.id)
+        present = group_toolchains.get(key[:4], frozenset())
+        if row.toolchain_id not in present:
+            group_toolchains[key[:4]] = present | {row.toolchain_id}
+    groups = dict(old.groups)
+    for (key, category), (new_logs, new_ids) in added.items():
+        blocks = dict(groups.get(key, {}))
+        matrix = np.asarray(new_logs, dtype=np.float64).reshape(len(new_ids), -1)
+        ids = np.asarray(new_ids, dtype=np.int64)
+        if category in blocks:
+            matrix = np.concatenate([blocks[category][0], matrix])
+            ids = np.concatenate([blocks[category][1], ids])
+        blocks[category] = (matrix, ids)
+        groups[key] = blocks
+    return Snapshot(
+        max_id=max(max_id, old.max_id),
+        count=old.count + len(rows),
+        devices=devices,
+        toolchains=toolchains,
+        group_toolchains=group_toolchains,
+        groups=groups,
+    )
 
 
 _MAX_ID = select(func.max(BestConfig.id))
