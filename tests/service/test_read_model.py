@@ -1,0 +1,225 @@
+"""The lookups' read model (service.store.read_model): the full path's bytes and ETags, from
+memory, fresh after every write (or within TUNEHUB_LOOKUP_STALENESS_MS), on both databases;
+and the revisions migration 0010's triggers stamp."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import event, select, text, update
+
+from service.api.app import create_app
+from service.api.fastpath import CachedLookupMiddleware, parse_lookup
+from service.settings import Settings
+from service.store.db import downgrade, make_engine, upgrade
+from service.store.models import BestConfig, Device
+from tests.service.test_lookup_index import CPU, H100, H200, NEW_TC, OLD_TC, _store
+
+SHAPES = [(256, 256, 256), (512, 1024, 64), (4096, 128, 4096), (16, 4096, 4096)]
+QUERIES = [
+    {"op": "gemm", "dtype": "f16", "m": m, "n": n, "k": k}
+    for m, n, k in [*SHAPES, (300, 256, 256), (1, 1, 1), (5000, 100, 3000), (17, 4000, 4100)]
+]
+
+
+def _middleware(app: Any) -> CachedLookupMiddleware:
+    layer: Any = app.middleware_stack
+    while not isinstance(layer, CachedLookupMiddleware):
+        layer = layer.app
+    return layer
+
+
+@contextmanager
+def _statements(app: Any) -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def count(*args: Any) -> None:
+        seen.append(args[2])
+
+    event.listen(app.state.engine, "before_cursor_execute", count)
+    try:
+        yield seen
+    finally:
+        event.remove(app.state.engine, "before_cursor_execute", count)
+
+
+def _seed(maker: Any, median: float = 5.0, name: str = "a") -> None:
+    with maker() as session:
+        for m, n, k in SHAPES:
+            _store(session, "gemm", {"m": m, "n": n, "k": k}, median, H200, NEW_TC, name)
+        _store(session, "gemm", {"m": 256, "n": 256, "k": 256}, 9.0, H100, OLD_TC, "h100")
+        _store(session, "reduce", {"m": 64, "k": 1024, "kind": "sum"}, 3.0, CPU, NEW_TC, "r")
+        session.commit()
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+def _route_answer(client: TestClient, params: dict[str, Any], monkeypatch: Any, **kw: Any) -> Any:
+    """The FastAPI route's own answer (the read model and the kept answers bypassed)."""
+    middleware = _middleware(client.app)
+    with monkeypatch.context() as patch:
+        patch.setattr(middleware.model, "answer", lambda query: None)
+        middleware.answers.entries.clear()
+        return client.get("/v1/configs/best", params=params, **kw)
+
+
+def test_answers_are_the_full_paths_bytes_exact_and_nearest(
+    client: TestClient, monkeypatch: Any
+) -> None:
+    _seed(client.app.state.sessionmaker)  # type: ignore[attr-defined]
+    extra: list[dict[str, Any]] = [
+        {"device": "H100"},
+        {"device": "cuda:NVIDIA H200:sm_90:132"},
+        {"backend": "cuda"},
+        {"toolchain": "nvcc 12.8"},
+        {},
+    ]
+    reduce = {"op": "reduce", "dtype": "f32", "m": 60, "k": 1000, "kind": "sum"}
+    model = client.app.state.read_model  # type: ignore[attr-defined]
+    for params in [*({**q, **e} for q in QUERIES for e in extra), reduce, {**reduce, "m": 64}]:
+        query = parse_lookup("&".join(f"{k}={v}" for k, v in params.items()).encode())
+        assert query is not None, params
+        model.check()
+        from_model = model.answer(query)
+        routed = _route_answer(client, params, monkeypatch)
+        if routed.status_code != 200:
+            assert from_model is None, params  # a 404 with its explanation is the route's
+            continue
+        assert from_model == routed.content, params
+        served = client.get("/v1/configs/best", params=params)
+        assert served.content == routed.content
+        assert list(served.headers.multi_items()) == list(routed.headers.multi_items())
+        etag = served.headers["etag"]
+        again = client.get("/v1/configs/best", params=params, headers={"If-None-Match": etag})
+        assert again.status_code == 304 and again.headers["etag"] == etag
+    assert client.get("/v1/configs/best", params={**QUERIES[4]}).json()["exact"] is False
+
+
+def test_answers_come_from_memory_without_a_statement(client: TestClient) -> None:
+    _seed(client.app.state.sessionmaker)  # type: ignore[attr-defined]
+    assert client.get("/v1/configs/best", params=QUERIES[0]).status_code == 200  # loads
+    with _statements(client.app) as seen:
+        for params in QUERIES:
+            client.get("/v1/configs/best", params={**params, "m": params["m"] + 7})
+    assert seen == []
+
+
+def test_a_write_is_seen_by_the_next_lookup(client: TestClient, settings: Settings) -> None:
+    maker = client.app.state.sessionmaker  # type: ignore[attr-defined]
+    _seed(maker)
+    exact = {**QUERIES[0], "device": "H200"}
+    nearest = {**exact, "m": 250}
+    assert client.get("/v1/configs/best", params=exact).json()["variant_name"] == "a"
+    assert client.get("/v1/configs/best", params=nearest).json()["variant_name"] == "a"
+    # another connection (as another process would) replaces the winner and adds a shape
+    engine = make_engine(settings.database_url)
+    try:
+        from sqlalchemy.orm import Session
+
+        with Session(engine) as session:
+            _store(session, "gemm", {"m": 256, "n": 256, "k": 256}, 1.0, H200, NEW_TC, "b")
+            _store(session, "gemm", {"m": 250, "n": 256, "k": 256}, 2.0, H200, NEW_TC, "c")
+            session.commit()
+    finally:
+        engine.dispose()
+    assert client.get("/v1/configs/best", params=exact).json()["variant_name"] == "b"
+    answer = client.get("/v1/configs/best", params=nearest).json()
+    assert (answer["variant_name"], answer["exact"]) == ("c", True)
+    near = client.get("/v1/configs/best", params={**exact, "m": 249}).json()
+    assert near["tuned_problem"] == {"m": 250, "n": 256, "k": 256}
+
+
+def test_staleness_lets_a_lookup_answer_from_memory_for_that_long(settings: Settings) -> None:
+    stale = settings.model_copy(update={"lookup_staleness_ms": 60_000})
+    app = create_app(stale)
+    with TestClient(app) as client:
+        _seed(app.state.sessionmaker)
+        model = app.state.read_model
+        model._checked_at = float("-inf")  # the seed came after the start: check once now
+        exact = {**QUERIES[0], "device": "H200"}
+        assert client.get("/v1/configs/best", params=exact).json()["variant_name"] == "a"
+        with app.state.sessionmaker() as session:
+            _store(session, "gemm", {"m": 256, "n": 256, "k": 256}, 1.0, H200, NEW_TC, "b")
+            session.commit()
+        with _statements(app) as seen:
+            answer = client.get("/v1/configs/best", params=exact).json()
+        assert answer["variant_name"] == "a" and seen == []  # within the staleness: memory
+        model._checked_at = float("-inf")  # the staleness has passed
+        assert client.get("/v1/configs/best", params=exact).json()["variant_name"] == "b"
+
+
+def test_a_token_is_still_required_where_reads_need_one(client: TestClient) -> None:
+    _seed(client.app.state.sessionmaker)  # type: ignore[attr-defined]
+    app: Any = client.app
+    app.state.settings = app.state.settings.model_copy(update={"read_token_required": True})
+    assert client.get("/v1/configs/best", params=QUERIES[5]).status_code == 401
+    bad = {"Authorization": "Bearer th_nope"}
+    assert client.get("/v1/configs/best", params=QUERIES[5], headers=bad).status_code == 401
+
+
+def test_odd_queries_go_to_the_route(client: TestClient) -> None:
+    for raw in (
+        b"op=gemm&dtype=f16&m=1&n=1&k=1&m=2",
+        b"op=gemm&dtype=f16&m=1&n=1",
+        b"op=gemm&dtype=f16&m=1&n=1&k=1&device=%00",
+        b"op=gemm&dtype=f16&m=1&n=1&k=1&layout=",
+        b"op=gemm&dtype=f64&m=1&n=1&k=1",
+        b"op=gemm&dtype=f16&m=-1&n=1&k=1",
+    ):
+        assert parse_lookup(raw) is None, raw
+    assert parse_lookup(b"op=gemm&dtype=f16&m=1&n=1&k=1") is not None
+
+
+def _revisions(url: str) -> dict[int, int]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return dict(connection.execute(select(BestConfig.id, BestConfig.revision)).all())
+    finally:
+        engine.dispose()
+
+
+def test_migration_0010_stamps_revisions_and_downgrades(database_url: str) -> None:
+    from sqlalchemy.orm import Session
+
+    engine = make_engine(database_url)
+    try:
+        with Session(engine) as session:
+            _store(session, "gemm", {"m": 8, "n": 8, "k": 8}, 5.0, H200, NEW_TC, "a")
+            _store(session, "gemm", {"m": 16, "n": 8, "k": 8}, 5.0, H200, NEW_TC, "a")
+            session.commit()
+        first = _revisions(database_url)
+        assert len(first) == 2 and all(r is not None for r in first.values())
+        with Session(engine) as session:  # a new winner for one key: only that row moves on
+            _store(session, "gemm", {"m": 8, "n": 8, "k": 8}, 1.0, H200, NEW_TC, "b")
+            session.commit()
+        second = _revisions(database_url)
+        moved = [i for i in first if second[i] != first[i]]
+        assert len(moved) == 1 and second[moved[0]] > max(first.values())
+        with Session(engine) as session:  # a device's new driver changes its answers
+            session.execute(update(Device).values(driver="999.1"))
+            session.commit()
+        third = _revisions(database_url)
+        assert all(third[i] > second[i] for i in third)
+    finally:
+        engine.dispose()
+    downgrade(database_url, "0009")
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            columns = connection.execute(select(BestConfig.__table__.c.id)).all()
+            assert len(columns) == 2
+            with pytest.raises(Exception, match="revision"):
+                connection.execute(text("SELECT revision FROM best_configs"))
+    finally:
+        engine.dispose()
+    upgrade(database_url)
+    assert all(r is not None for r in _revisions(database_url).values())
