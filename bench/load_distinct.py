@@ -11,7 +11,7 @@ and the server's CPU per lookup (utime + stime of every server process, /proc/<p
 over the run, divided by the lookups; it includes the writer's imports and the read model's
 refreshes).
 
-    .venv/bin/python bench/load_distinct.py [--seconds 8] [--repeats 3] [--databases sqlite postgresql]
+    .venv/bin/python bench/load_distinct.py [--seconds 8] [--repeats 3] [--databases ...]
 
 Writes docs/benchmarks/load-distinct.json and the section between the markers in
 docs/benchmarks/load.md. Needs wrk (``apt-get install wrk``) and, for PostgreSQL, the server
@@ -87,8 +87,9 @@ def _shape(rng: random.Random) -> tuple[int, int]:
 def _record(m: int, k: int, rng: random.Random) -> dict[str, Any]:
     problem = {"m": m, "k": k, "kind": "sum"}
     parsed = parse_problem("reduce", problem, ["problem"])
+    arch = DEVICE["arch"]
     for name, params in VARIANTS:
-        if variant_rejection("reduce", "cpu", "f32", "row", DEVICE["arch"], parsed, params, name) is None:  # fmt: skip
+        if variant_rejection("reduce", "cpu", "f32", "row", arch, parsed, params, name) is None:
             break
     else:
         raise RuntimeError(f"no bench variant fits {problem}")
@@ -100,7 +101,11 @@ def _record(m: int, k: int, rng: random.Random) -> dict[str, Any]:
         "problem": problem,
         "device": DEVICE,
         "toolchain": TOOLCHAIN,
-        "variant": {"id": hashlib.sha256(name.encode()).hexdigest(), "name": name, "params": params},
+        "variant": {
+            "id": hashlib.sha256(name.encode()).hexdigest(),
+            "name": name,
+            "params": params,
+        },
         "measurement": {
             "outcome": "ok",
             "median_us": median,
@@ -228,13 +233,15 @@ def measure(kind: str, seconds: float, repeats: int, workdir: Path) -> dict[str,
     while len(stored) < CONFIGS:
         stored.add(_shape(rng))
     records = [_record(m, k, rng) for m, k in sorted(stored)]
+    print(kind, "records ready", flush=True)
     body = "".join(json.dumps(r) + "\n" for r in records).encode()
     near: list[tuple[int, int]] = []
     while len(near) < URLS // 2:
         shape = _shape(rng)
         if shape not in stored:
             near.append(shape)
-    exact = [rng.choice(sorted(stored)) for _ in range(URLS // 2)]
+    ordered = sorted(stored)
+    exact = [rng.choice(ordered) for _ in range(URLS // 2)]
     paths = [_url(m, k) for m, k in exact + near]
     rng.shuffle(paths)
     paths_file, script = workdir / f"paths-{kind}.txt", workdir / "paths.lua"
@@ -249,7 +256,10 @@ def measure(kind: str, seconds: float, repeats: int, workdir: Path) -> dict[str,
             response = httpx.post(
                 f"{base1}/v1/import",
                 content=body,
-                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"},
+                headers={
+                    "Authorization": f"Bearer {token}",
+                    "Content-Type": "application/x-ndjson",
+                },
                 timeout=600,
             )
             took = time.monotonic() - started
@@ -268,7 +278,11 @@ def measure(kind: str, seconds: float, repeats: int, workdir: Path) -> dict[str,
                     finally:
                         writer.stop.set()
                         writer.join()
-                    run |= {"workers": workers, "writes": writer.written, "write_errors": writer.failed}
+                    run |= {
+                        "workers": workers,
+                        "writes": writer.written,
+                        "write_errors": writer.failed,
+                    }
                     run["load_before"] = os.getloadavg()[0]
                     result["runs"].append(run)
                     print(kind, json.dumps(run), flush=True)
@@ -313,7 +327,8 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "`TUNEHUB_LOOKUP_STALENESS_MS=0` (every lookup checks the change signal). Server CPU: "
         "utime + stime of all its processes over the run / lookups (includes the writer's "
         "imports); PostgreSQL's own backends are not counted.",
-        "- Import: the 20,000 configs in one `POST /v1/import`, every check on (variants verified against the space).",
+        "- Import: the 20,000 configs in one `POST /v1/import`, every check on (variants "
+        "verified against the space).",
         "",
         "| database | processes | lookups/s | p50 ms | p99 ms | server CPU ms/lookup | "
         "non-2xx | writes | load avg |",
@@ -348,7 +363,7 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         ]
         said = ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in checks)
         lines.append(f"- {result['database']}: {said}.")
-    lines += ["", "See \"Reading the distinct-shape figures\" below for the causes.", END]
+    lines += ["", 'See "Reading the distinct-shape figures" below for the causes.', END]
     return "\n".join(lines) + "\n"
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "RECOUNT_SECONDS",
     "TIE_TOLERANCE",
     "KDTREE_MIN_ROWS",
+    "TREE_TAIL_ROWS",
     "DeviceEntry",
     "ToolchainEntry",
     "Snapshot",
@@ -68,6 +69,8 @@ RECOUNT_SECONDS = 1.0
 TIE_TOLERANCE = 1e-9
 #: blocks at least this large answer nearest queries from a KD-tree instead of a full scan
 KDTREE_MIN_ROWS = 2048
+#: rows added to a block after its KD-tree was built that are scanned before it is rebuilt
+TREE_TAIL_ROWS = 256
 
 #: (field name, value) pairs a problem must share with another to be near it at all
 Category = tuple[tuple[str, Any], ...]
@@ -140,9 +143,12 @@ class Snapshot:
     #: (op, dtype, layout, device_id) -> ids of the toolchains present there
     group_toolchains: dict[tuple[str, str, str, int], frozenset[int]] = field(default_factory=dict)
     groups: dict[GroupKey, Blocks] = field(default_factory=dict)
-    #: KD-trees of the large blocks, built on first use (a duplicate build by a racing thread
-    #: is harmless); a refresh starts a new snapshot and so new trees
-    trees: dict[tuple[GroupKey, Category], Any] = field(default_factory=dict, compare=False)
+    #: KD-trees of the large blocks with the rows each covers, built on first use (a
+    #: duplicate build by a racing thread is harmless); a refresh that only appends rows
+    #: keeps them (the rows after are scanned), a rebuild starts over
+    trees: dict[tuple[GroupKey, Category], tuple[Any, int]] = field(
+        default_factory=dict, compare=False
+    )
 
     def device_ids(self, device: str | None, backend: str | None) -> list[int]:
         """Devices named by a full key or a name substring, optionally of one backend (the
@@ -223,14 +229,24 @@ class Snapshot:
         ids: np.ndarray,
         wanted: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The rows of a large block within the tie band of the nearest, from its KD-tree."""
-        tree = self.trees.get(key)
-        if tree is None:
-            tree = self.trees[key] = _KDTree(matrix)
+        """The rows of a large block within the tie band of the nearest: from its KD-tree,
+        which covers the block's first rows, and a scan of the rows added after it was built
+        (a block only grows at its end); rebuilt once those are more than TREE_TAIL_ROWS and
+        an eighth of the block."""
+        entry = self.trees.get(key)
+        if entry is None or len(ids) - entry[1] > max(TREE_TAIL_ROWS, entry[1] // 8):
+            entry = self.trees[key] = (_KDTree(matrix), len(ids))
+        tree, covered = entry
         distance, _ = tree.query(wanted, k=1)
+        smallest = float(distance) ** 2
+        tail = ((matrix[covered:] - wanted) ** 2).sum(axis=1)
+        if len(tail):
+            smallest = min(smallest, float(tail.min()))
         # the ball holds every row whose squared distance could fall inside the tie band
-        radius = math.sqrt(_limit(float(distance) ** 2)) * (1 + TIE_TOLERANCE)
+        radius = math.sqrt(_limit(smallest)) * (1 + TIE_TOLERANCE)
         rows = np.asarray(tree.query_ball_point(wanted, radius), dtype=np.int64)
+        near_tail = np.nonzero(tail <= _limit(smallest))[0] + covered
+        rows = np.concatenate([rows, near_tail.astype(np.int64)])
         return matrix[rows], ids[rows]
 
 
@@ -354,6 +370,7 @@ def extend_snapshot(session: Session, old: Snapshot, rows: Sequence[Any], max_id
         toolchains=toolchains,
         group_toolchains=group_toolchains,
         groups=groups,
+        trees=dict(old.trees),  # blocks grow at their end: each tree still covers its rows
     )
 
 

@@ -114,7 +114,8 @@ class ReadModel:
         with Session(self._engine) as session:
             rows = session.execute(ANSWER_ROWS.where(BestConfig.revision > known)).all()
             self.loads += 1
-            state = (old or _State()).extended(session, rows)
+            state = old or _State()
+            state.extend(session, rows)
         if not self._sqlite:
             # every revision up to the settled signal is committed; later ones may be not
             state.revision = max(known, int(version))  # type: ignore[call-overload]
@@ -130,32 +131,26 @@ class _State:
         self.rows: dict[int, Row[Any]] = {}
         self.exact: dict[ExactKey, int] = {}
         self.snapshot = Snapshot()
-        self.tails: dict[int, bytes | None] = {}
+        self.tails: dict[int, tuple[int | None, bytes | None]] = {}
 
-    def extended(self, session: Session, rows: Sequence[Row[Any]]) -> _State:
-        if not rows:
-            return self
-        new = _State()
-        new.rows = dict(self.rows)
-        new.exact = dict(self.exact)
-        new.tails = dict(self.tails)
+    def extend(self, session: Session, rows: Sequence[Row[Any]]) -> None:
+        """Take in ``rows`` (new or changed answers). Called under the model's lock; a lookup
+        on another thread meanwhile reads either a row's old or its new answer (single dict
+        stores), and the nearest index is replaced whole."""
         added = [r for r in rows if r.id not in self.rows]
-        new.revision = self.revision
         for row in rows:
-            new.rows[row.id] = row
             key = (row.op, row.dtype, row.layout, row.problem_key, row.device_id, row.toolchain_id)
-            new.exact[key] = row.id
-            new.tails.pop(row.id, None)
-            new.revision = max(new.revision, row.revision or 0)
-        new_max = max((r.id for r in added), default=0)
-        new.snapshot = (
-            extend_snapshot(session, self.snapshot, added, new_max) if added else self.snapshot
-        )
-        return new
+            self.rows[row.id] = row
+            self.exact[key] = row.id
+            self.revision = max(self.revision, row.revision or 0)
+        if added:
+            new_max = max(r.id for r in added)
+            self.snapshot = extend_snapshot(session, self.snapshot, added, new_max)
 
     def _tail(self, row: Row[Any]) -> bytes | None:
-        if row.id in self.tails:
-            return self.tails[row.id]
+        kept = self.tails.get(row.id)
+        if kept is not None and kept[0] == row.revision:
+            return kept[1]
         tail: bytes | None = None
         try:
             problem = PROBLEM_TYPES[row.op](**row.problem)
@@ -165,7 +160,7 @@ class _State:
             tail = body[len(head) :] if body.startswith(head) else None
         except Exception:  # a row the full path would answer otherwise: leave it to it
             tail = None
-        self.tails[row.id] = tail
+        self.tails[row.id] = (row.revision, tail)  # keyed by revision: never a stale one
         return tail
 
     def answer(self, query: LookupQuery) -> bytes | None:

@@ -223,3 +223,53 @@ def test_migration_0010_stamps_revisions_and_downgrades(database_url: str) -> No
         engine.dispose()
     upgrade(database_url)
     assert all(r is not None for r in _revisions(database_url).values())
+
+
+def test_rows_added_after_a_kd_tree_was_built_are_still_found(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import random
+
+    from sqlalchemy.orm import Session
+
+    from service.store import best_index
+    from service.store.lookup import find_best, log_distance
+    from tuner.problems import problem_from_dict
+
+    monkeypatch.setattr(best_index, "KDTREE_MIN_ROWS", 1)
+    monkeypatch.setattr(best_index, "TREE_TAIL_ROWS", 10_000)  # never rebuilt here
+    rng = random.Random(24)
+    stored: list[dict[str, int]] = []
+    engine = make_engine(database_url)
+
+    def shape() -> dict[str, int]:
+        return {d: int(2 ** rng.uniform(0, 12)) for d in ("m", "n", "k")}
+
+    try:
+        for part in range(2):
+            with Session(engine) as session:
+                for _ in range(40):
+                    problem = shape()
+                    if problem not in stored:
+                        stored.append(problem)
+                        _store(session, "gemm", problem, 5.0, H200, NEW_TC, f"v{len(stored)}")
+                session.commit()
+            with Session(engine) as session:
+                for _ in range(60):
+                    wanted = shape()
+                    got = find_best(
+                        session,
+                        op="gemm",
+                        dtype="f16",
+                        layout="rcr",
+                        problem=problem_from_dict("gemm", wanted),
+                    )
+                    dims = ("m", "n", "k")
+                    best = min(log_distance(wanted, s, dims) or 0.0 for s in stored)
+                    assert got["distance"] == round(best, 6), (part, wanted)
+            index = best_index.best_index_for(engine)
+            trees = index._snapshot.trees
+            assert trees and all(covered <= len(stored) for _, covered in trees.values())
+        assert any(covered < len(stored) for _, covered in trees.values())  # a tail was scanned
+    finally:
+        engine.dispose()
