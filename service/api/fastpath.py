@@ -78,10 +78,14 @@ def parse_lookup(query_string: bytes) -> LookupQuery | None:
     """The lookup a plain query string asks for, validated as the route validates it, or None
     for anything unusual (a repeated or empty parameter, odd text, an invalid value): the
     route then answers, with its 422s."""
-    try:
-        pairs = parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)
-    except ValueError:
-        return None
+    text_qs = query_string.decode("latin-1")
+    if "%" in text_qs or "+" in text_qs or ";" in text_qs:  # escapes: the standard parser
+        try:
+            pairs = parse_qsl(text_qs, keep_blank_values=True)
+        except ValueError:
+            return None
+    else:  # plain names and values (what build scripts send): split, as parse_qsl would
+        pairs = [tuple(p.split("=", 1)) if "=" in p else (p, "") for p in text_qs.split("&") if p]  # type: ignore[misc]
     params: dict[str, str] = {}
     for name, value in pairs:
         if name in params or not value:

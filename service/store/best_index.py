@@ -71,6 +71,8 @@ TIE_TOLERANCE = 1e-9
 KDTREE_MIN_ROWS = 2048
 #: rows added to a block after its KD-tree was built that are scanned before it is rebuilt
 TREE_TAIL_ROWS = 256
+#: nearest rows a KD-tree query asks for: a tie band holding more asks the ball instead
+TREE_NEAREST = 4
 
 #: (field name, value) pairs a problem must share with another to be near it at all
 Category = tuple[tuple[str, Any], ...]
@@ -237,14 +239,19 @@ class Snapshot:
         if entry is None or len(ids) - entry[1] > max(TREE_TAIL_ROWS, entry[1] // 8):
             entry = self.trees[key] = (_KDTree(matrix), len(ids))
         tree, covered = entry
-        distance, _ = tree.query(wanted, k=1)
-        smallest = float(distance) ** 2
+        distances, found = tree.query(wanted, k=min(TREE_NEAREST, covered))
+        distances, found = np.atleast_1d(distances), np.atleast_1d(found)
+        smallest = float(distances[0]) ** 2
         tail = ((matrix[covered:] - wanted) ** 2).sum(axis=1)
         if len(tail):
             smallest = min(smallest, float(tail.min()))
-        # the ball holds every row whose squared distance could fall inside the tie band
+        # every row whose squared distance could fall inside the tie band: among the k
+        # nearest unless the k-th is inside it too, else the ball around the query
         radius = math.sqrt(_limit(smallest)) * (1 + TIE_TOLERANCE)
-        rows = np.asarray(tree.query_ball_point(wanted, radius), dtype=np.int64)
+        if len(found) == covered or float(distances[-1]) > radius:
+            rows = found[distances <= radius].astype(np.int64)
+        else:
+            rows = np.asarray(tree.query_ball_point(wanted, radius), dtype=np.int64)
         near_tail = np.nonzero(tail <= _limit(smallest))[0] + covered
         rows = np.concatenate([rows, near_tail.astype(np.int64)])
         return matrix[rows], ids[rows]
