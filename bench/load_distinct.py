@@ -194,14 +194,18 @@ class _Writer(threading.Thread):
                 while (m, k) in self.taken:
                     m, k = _shape(self.rng)
                 self.taken.add((m, k))
-                response = client.post(
-                    "/v1/import",
-                    content=json.dumps(_record(m, k, self.rng)) + "\n",
-                    headers={
-                        "Authorization": f"Bearer {self.token}",
-                        "Content-Type": "application/x-ndjson",
-                    },
-                )
+                try:
+                    response = client.post(
+                        "/v1/import",
+                        content=json.dumps(_record(m, k, self.rng)) + "\n",
+                        headers={
+                            "Authorization": f"Bearer {self.token}",
+                            "Content-Type": "application/x-ndjson",
+                        },
+                    )
+                except httpx.HTTPError:
+                    self.failed += 1
+                    continue
                 self.written += response.status_code == 200
                 self.failed += response.status_code != 200
 

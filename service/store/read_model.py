@@ -42,7 +42,7 @@ from sqlalchemy.orm import Session
 
 from service.errors import NotFound
 from service.store.best_index import Snapshot, extend_snapshot
-from service.store.freshness import ChangeSignal
+from service.store.freshness import ChangeSignal, Unsettled
 from service.store.lookup import ANSWER_ROWS, LookupQuery, allowed_pairs, answer_model, rank_rows
 from service.store.models import BestConfig
 from tuner.problems import PROBLEM_TYPES
@@ -90,10 +90,18 @@ class ReadModel:
         if self._usable and now - self._checked_at < self._staleness:
             return self._version
         version = self._signal.current()
-        if not self._sqlite and not isinstance(version, int):
-            self._usable = False  # a writer is in flight: its revisions may commit out of order
-            return version
         with self._lock:
+            if isinstance(version, Unsettled):
+                # a writer is in flight: its revisions may commit out of order, so the known
+                # revision stays; rows committed since are loaded all the same (unless no
+                # write began since the last check), so every committed write is answered
+                if self._state is None or version.value != self._version:
+                    self._state = self._load(self._state, None)
+                self._usable = True
+                # within the staleness the catch-up stands (with 0, each lookup catches up
+                # while the writer is in flight: one indexed query each)
+                self._checked_at = now
+                return version
             if self._state is None or version != self._version:
                 self._state = self._load(self._state, version)
                 self._version = version
@@ -110,15 +118,20 @@ class ReadModel:
         return state.answer(query)
 
     def _load(self, old: _State | None, version: object) -> _State:
+        """``old`` with the rows stamped after its revision. Its revision moves to the newest
+        loaded (SQLite: one writer, so revisions commit in order), to the settled signal
+        (PostgreSQL: every revision up to it is committed, later ones may be not), or stays
+        (``version`` None: a writer in flight)."""
         known = old.revision if old is not None else -1
         with Session(self._engine) as session:
             rows = session.execute(ANSWER_ROWS.where(BestConfig.revision > known)).all()
             self.loads += 1
             state = old or _State()
             state.extend(session, rows)
-        if not self._sqlite:
-            # every revision up to the settled signal is committed; later ones may be not
-            state.revision = max(known, int(version))  # type: ignore[call-overload]
+        if self._sqlite:
+            state.revision = max([known, *(row.revision or 0 for row in rows)])
+        elif isinstance(version, int):
+            state.revision = max(known, version)
         return state
 
 
@@ -142,7 +155,6 @@ class _State:
             key = (row.op, row.dtype, row.layout, row.problem_key, row.device_id, row.toolchain_id)
             self.rows[row.id] = row
             self.exact[key] = row.id
-            self.revision = max(self.revision, row.revision or 0)
         if added:
             new_max = max(r.id for r in added)
             self.snapshot = extend_snapshot(session, self.snapshot, added, new_max)

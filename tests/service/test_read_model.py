@@ -273,3 +273,33 @@ def test_rows_added_after_a_kd_tree_was_built_are_still_found(
         assert any(covered < len(stored) for _, covered in trees.values())  # a tail was scanned
     finally:
         engine.dispose()
+
+
+def test_a_commit_is_answered_while_another_writer_is_in_flight(
+    client: TestClient, settings: Settings
+) -> None:
+    if settings.is_sqlite:
+        pytest.skip("SQLite has one writer at a time: nothing commits while one is in flight")
+    from sqlalchemy.orm import Session
+
+    maker = client.app.state.sessionmaker  # type: ignore[attr-defined]
+    _seed(maker)
+    exact = {**QUERIES[0], "device": "H200"}
+    other = {**QUERIES[1], "device": "H200"}
+    assert client.get("/v1/configs/best", params=exact).json()["variant_name"] == "a"
+    engine = make_engine(settings.database_url)
+    try:
+        in_flight = Session(engine)
+        _store(in_flight, "gemm", {"m": 256, "n": 256, "k": 256}, 1.0, H200, NEW_TC, "slow")
+        in_flight.flush()  # stamped and holding the signal's lock, not committed
+        with Session(engine) as session:
+            _store(session, "gemm", {"m": 512, "n": 1024, "k": 64}, 1.0, H200, NEW_TC, "b")
+            session.commit()
+        assert client.get("/v1/configs/best", params=other).json()["variant_name"] == "b"
+        assert client.get("/v1/configs/best", params=exact).json()["variant_name"] == "a"
+        in_flight.commit()
+        in_flight.close()
+        assert client.get("/v1/configs/best", params=exact).json()["variant_name"] == "slow"
+        assert client.get("/v1/configs/best", params=other).json()["variant_name"] == "b"
+    finally:
+        engine.dispose()
