@@ -141,7 +141,7 @@ def _tree_cpu(pid: int) -> float:
 
 
 @contextmanager
-def _serve(url: str, workers: int, workdir: Path) -> Iterator[tuple[str, int]]:
+def _serve(url: str, workers: int, workdir: Path, staleness_ms: int) -> Iterator[tuple[str, int]]:
     """``tunehub serve --workers N`` over ``url``; yields its base URL and the parent pid."""
     port = _free_port()
     env = {
@@ -150,6 +150,7 @@ def _serve(url: str, workers: int, workdir: Path) -> Iterator[tuple[str, int]]:
         "TUNEHUB_DATABASE_URL": url,
         "TUNEHUB_DATA_DIR": str(workdir / f"data{workers}"),
         "TUNEHUB_CACHE_DIR": str(workdir / "cache"),
+        "TUNEHUB_LOOKUP_STALENESS_MS": str(staleness_ms),
     }
     command = [sys.executable, "-m", "service.cli", "serve", "--no-local-worker"]
     command += ["--port", str(port), "--workers", str(workers)]
@@ -233,7 +234,9 @@ def _wrk(base: str, pid: int, paths_file: Path, script: Path, seconds: float) ->
     }
 
 
-def measure(kind: str, seconds: float, repeats: int, workdir: Path) -> dict[str, Any]:
+def measure(
+    kind: str, seconds: float, repeats: int, workdir: Path, staleness_ms: int = 0
+) -> dict[str, Any]:
     rng = random.Random(24)
     stored: set[tuple[int, int]] = set()
     while len(stored) < CONFIGS:
@@ -253,12 +256,20 @@ def measure(kind: str, seconds: float, repeats: int, workdir: Path) -> dict[str,
     paths_file, script = workdir / f"paths-{kind}.txt", workdir / "paths.lua"
     paths_file.write_text("".join(p + "\n" for p in paths))
     script.write_text(_WRK_SCRIPT.replace("(i * 7919) % #paths + 1", "(i - 1) % #paths + 1"))
-    result: dict[str, Any] = {"database": kind, "configs": CONFIGS, "runs": []}
+    result: dict[str, Any] = {
+        "database": kind,
+        "staleness_ms": staleness_ms,
+        "configs": CONFIGS,
+        "runs": [],
+    }
     with _database(kind, workdir) as url:
         upgrade(url)
         token = create_token_in_db(url, "bench", ["admin"])
-        with _serve(url, 1, workdir) as (base1, pid1), _serve(url, 2, workdir) as (base2, pid2):
-            started = time.monotonic()
+        with (
+            _serve(url, 1, workdir, staleness_ms) as (base1, pid1),
+            _serve(url, 2, workdir, staleness_ms) as (base2, pid2),
+        ):
+            started, cpu_before = time.monotonic(), _tree_cpu(pid1)
             response = httpx.post(
                 f"{base1}/v1/import",
                 content=body,
@@ -268,12 +279,14 @@ def measure(kind: str, seconds: float, repeats: int, workdir: Path) -> dict[str,
                 },
                 timeout=600,
             )
-            took = time.monotonic() - started
+            took, import_cpu = time.monotonic() - started, _tree_cpu(pid1) - cpu_before
             answer = response.json()
             if response.status_code != 200 or answer["inserted"] != CONFIGS:
                 raise RuntimeError(f"import: {response.status_code} {str(answer)[:300]}")
             result["import_seconds"] = took
             result["import_rate"] = CONFIGS / took
+            # what one free core would sustain (the server's CPU; PostgreSQL's not counted)
+            result["import_rate_per_cpu_second"] = CONFIGS / max(import_cpu, 1e-9)
             print(kind, f"import {CONFIGS} in {took:.1f} s: {CONFIGS / took:.0f}/s", flush=True)
             for base, pid in ((base1, pid1), (base2, pid2)):  # warm-up, not counted
                 _wrk(base, pid, paths_file, script, WARMUP_S)
@@ -317,12 +330,23 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _per_cpu(result: dict[str, Any]) -> str:
+    rate = result.get("import_rate_per_cpu_second")
+    return "not measured" if rate is None else f"{rate:.0f}"
+
+
+def _label(result: dict[str, Any]) -> str:
+    staleness = result.get("staleness_ms", 0)
+    return result["database"] + (f", staleness {staleness} ms" if staleness else "")
+
+
 def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
         START,
         "## Distinct shapes, with a writer, 1 and 2 API processes (issue 24)",
         "",
-        f"- Date: {meta['date']}; device: {meta['machine']}. The machine is shared: other "
+        f"- Date: {meta.get('merged', meta['date'])}; device: {meta['machine']}. The machine "
+        "is shared: other "
         "engineers' tests and builds ran during the runs (load average in the table), so "
         "figures move between runs; 1 and 2 processes were measured alternately, in the same "
         "minutes.",
@@ -333,30 +357,33 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "stored reduce configs on one device, so no URL repeats within a run; a writer imports "
         f"one new config every {int(WRITE_EVERY_S * 1000)} ms through the server under test.",
         "- Server: `tunehub serve --workers N` (uvicorn, httptools, uvloop), "
-        "`TUNEHUB_LOOKUP_STALENESS_MS=0` (every lookup checks the change signal). Server CPU: "
+        "`TUNEHUB_LOOKUP_STALENESS_MS=0` (every lookup checks the change signal) unless a row "
+        "says otherwise (`--staleness-ms`). Server CPU: "
         "utime + stime of all its processes over the run / lookups (includes the writer's "
         "imports); PostgreSQL's own backends are not counted.",
         "- Import: the 20,000 configs in one `POST /v1/import`, every check on (variants "
         "verified against the space).",
         "",
         "| database | processes | lookups/s | p50 ms | p99 ms | server CPU ms/lookup | "
-        "non-2xx | writes | load avg |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "cores the server got | non-2xx | writes | load avg |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for result in results:
         for r in result["runs"]:
             lines.append(
-                f"| {result['database']} | {r['workers']} | {r['rate']:.0f} | {r['p50_ms']:.1f} "
-                f"| {r['p99_ms']:.1f} | {r['server_cpu_ms_per_lookup']:.3f} | {r['non_2xx']} "
+                f"| {_label(result)} | {r['workers']} | {r['rate']:.0f} | {r['p50_ms']:.1f} "
+                f"| {r['p99_ms']:.1f} | {r['server_cpu_ms_per_lookup']:.3f} "
+                f"| {r['server_cpu_share']:.2f} | {r['non_2xx']} "
                 f"| {r['writes']} | {r['load_before']:.1f} |"
             )
-    lines += ["", "| database | import configs/s | lookups/s 1 -> 2 processes (median) | "
-              "2/1 (median of pairs) | p99 ms 1 / 2 | CPU ms/lookup 1 / 2 |",
+    lines += ["", "| database | import configs/s (per server CPU-second) | lookups/s 1 -> 2 "
+              "processes (median) | 2/1 (median of pairs) | p99 ms 1 / 2 | CPU ms/lookup 1 / 2 |",
               "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for result in results:
         s = summary(result)
         lines.append(
-            f"| {result['database']} | {result['import_rate']:.0f} | {s['rate_1']:.0f} -> "
+            f"| {_label(result)} | {result['import_rate']:.0f} "
+            f"({_per_cpu(result)}) | {s['rate_1']:.0f} -> "
             f"{s['rate_2']:.0f} | {s['scaling']:.2f}x | {s['p99_1']:.1f} / {s['p99_2']:.1f} | "
             f"{s['cpu_1']:.3f} / {s['cpu_2']:.3f} |"
         )
@@ -371,7 +398,7 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             ("import", result["import_rate"] >= TARGETS["import_rate"]),
         ]
         said = ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in checks)
-        lines.append(f"- {result['database']}: {said}.")
+        lines.append(f"- {_label(result)}: {said}.")
     lines += ["", 'See "Reading the distinct-shape figures" below for the causes.', END]
     return "\n".join(lines) + "\n"
 
@@ -393,6 +420,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per process count")
     parser.add_argument("--databases", nargs="+", default=["sqlite", "postgresql"])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/tunehub-load-distinct"))
+    parser.add_argument("--staleness-ms", type=int, default=0, help="TUNEHUB_LOOKUP_STALENESS_MS")
+    parser.add_argument(
+        "--merge", action="store_true", help="keep the other rows of the JSON (and the date)"
+    )
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     meta = {
@@ -402,7 +433,19 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": args.seconds,
         "repeats": args.repeats,
     }
-    results = [measure(kind, args.seconds, args.repeats, args.workdir) for kind in args.databases]
+    results = [
+        measure(kind, args.seconds, args.repeats, args.workdir, args.staleness_ms)
+        for kind in args.databases
+    ]
+    if args.merge and OUT_JSON.exists():
+        old = json.loads(OUT_JSON.read_text())
+        new_keys = {(r["database"], r["staleness_ms"]) for r in results}
+        kept = [
+            r for r in old["results"] if (r["database"], r.get("staleness_ms", 0)) not in new_keys
+        ]
+        results = kept + results
+        meta["merged"] = f"{old['meta']['date']} and {meta['date']}"
+        meta["date"] = old["meta"]["date"]
     OUT_JSON.write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
     write_section(render(results, meta))
     return 0
