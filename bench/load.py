@@ -583,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     if start in old and end in old:
         section = old[old.index(start) : old.index(end) + len(end)]
         title, _, rest = text.partition("\n")
-        text = f"{title}\n\n{section}\n\n{rest.lstrip()}"
+        text = f"{title}\n\n{section}\n\n## Repeated shapes (issue 8)\n\n{rest.lstrip()}"
     args.out.write_text(text)
     print(f"wrote {args.out}")
     return 0

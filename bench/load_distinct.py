@@ -410,7 +410,7 @@ def write_section(section: str) -> None:
         text = before + section + rest.split(END, 1)[1].lstrip("\n")
     else:
         title, _, rest = text.partition("\n")
-        text = f"{title}\n\n{section}\n{rest.lstrip()}"
+        text = f"{title}\n\n{section}\n\n## Repeated shapes (issue 8)\n\n{rest.lstrip()}"
     OUT_MD.write_text(text)
 
 
