@@ -96,10 +96,10 @@ def parse_lookup(query_string: bytes) -> LookupQuery | None:
         return None
     text: dict[str, str | None] = {}
     for name, pattern in _PLAIN.items():
-        value = params.pop(name, None)
-        if value is not None and not pattern.fullmatch(value):
+        given = params.pop(name, None)
+        if given is not None and not pattern.fullmatch(given):
             return None
-        text[name] = value
+        text[name] = given
     dims: dict[str, Any] = {k: int(v) if _INT.fullmatch(v) else v for k, v in params.items()}
     try:
         layout = check_layout(op, text["layout"], ["query", "layout"])
