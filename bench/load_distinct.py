@@ -312,8 +312,8 @@ def measure(
 
 
 def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
+    ordered, middle = sorted(values), len(values) // 2
+    return ordered[middle] if len(values) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -350,8 +350,9 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "engineers' tests and builds ran during the runs (load average in the table), so "
         "figures move between runs; 1 and 2 processes were measured alternately, in the same "
         "minutes.",
-        f"- Command: `{COMMAND} --seconds {meta['seconds']} --repeats {meta['repeats']}` "
-        "(raw figures: `docs/benchmarks/load-distinct.json`).",
+        "- Commands: "
+        + "; ".join(sorted({f"`{r['command']}`" for r in results if "command" in r}))
+        + " (raw figures: `docs/benchmarks/load-distinct.json`).",
         f"- Load: `{meta['wrk']}`, one thread, {CLIENTS} connections, {URLS:,} URLs in random "
         f"order (half stored shapes: exact; half never stored: nearest) over {CONFIGS:,} "
         "stored reduce configs on one device, so no URL repeats within a run; a writer imports "
@@ -407,7 +408,7 @@ def write_section(section: str) -> None:
     text = OUT_MD.read_text()
     if START in text:
         before, rest = text.split(START, 1)
-        text = before + section + rest.split(END, 1)[1].lstrip("\n")
+        text = before + section + "\n" + rest.split(END, 1)[1].lstrip("\n")
     else:
         title, _, rest = text.partition("\n")
         text = f"{title}\n\n{section}\n\n## Repeated shapes (issue 8)\n\n{rest.lstrip()}"
@@ -424,7 +425,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--merge", action="store_true", help="keep the other rows of the JSON (and the date)"
     )
+    parser.add_argument("--render", action="store_true", help="only rewrite load.md from the JSON")
     args = parser.parse_args(argv)
+    if args.render:
+        saved = json.loads(OUT_JSON.read_text())
+        write_section(render(saved["results"], saved["meta"]))
+        return 0
     args.workdir.mkdir(parents=True, exist_ok=True)
     meta = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -437,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
         measure(kind, args.seconds, args.repeats, args.workdir, args.staleness_ms)
         for kind in args.databases
     ]
+    command = " ".join([COMMAND, *(argv if argv is not None else sys.argv[1:])])
+    for result in results:
+        result["command"] = command
     if args.merge and OUT_JSON.exists():
         old = json.loads(OUT_JSON.read_text())
         new_keys = {(r["database"], r["staleness_ms"]) for r in results}
