@@ -53,6 +53,8 @@ def _seed(maker: Any, median: float = 5.0, name: str = "a") -> None:
             _store(session, "gemm", {"m": m, "n": n, "k": k}, median, H200, NEW_TC, name)
         _store(session, "gemm", {"m": 256, "n": 256, "k": 256}, 9.0, H100, OLD_TC, "h100")
         _store(session, "reduce", {"m": 64, "k": 1024, "kind": "sum"}, 3.0, CPU, NEW_TC, "r")
+        relu = {"m": 256, "n": 512, "k": 256, "epilogue": "bias_relu"}
+        _store(session, "gemm", relu, 4.0, H200, NEW_TC, "fused")
         session.commit()
 
 
@@ -84,7 +86,9 @@ def test_answers_are_the_full_paths_bytes_exact_and_nearest(
     ]
     reduce = {"op": "reduce", "dtype": "f32", "m": 60, "k": 1000, "kind": "sum"}
     model = client.app.state.read_model  # type: ignore[attr-defined]
-    for params in [*({**q, **e} for q in QUERIES for e in extra), reduce, {**reduce, "m": 64}]:
+    fused = {**QUERIES[0], "n": 500, "epilogue": "bias_relu"}
+    checked = [*({**q, **e} for q in QUERIES for e in extra), reduce, {**reduce, "m": 64}]
+    for params in [*checked, fused, {**fused, "n": 512}, {**fused, "epilogue": "bias_gelu"}]:
         query = parse_lookup("&".join(f"{k}={v}" for k, v in params.items()).encode())
         assert query is not None, params
         model.check()
