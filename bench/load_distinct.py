@@ -53,7 +53,7 @@ from bench.load import (  # noqa: E402
 from service.cli.serve import create_token_in_db  # noqa: E402
 from service.store.db import upgrade  # noqa: E402
 from service.store.validation import parse_problem  # noqa: E402
-from tuner.verify import variant_rejection  # noqa: E402
+from tuner.acceptance import variant_rejection  # noqa: E402
 
 OUT_JSON = REPO / "docs" / "benchmarks" / "load-distinct.json"
 OUT_MD = REPO / "docs" / "benchmarks" / "load.md"
