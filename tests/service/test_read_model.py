@@ -270,7 +270,7 @@ def test_rows_added_after_a_kd_tree_was_built_are_still_found(
                     )
                     dims = ("m", "n", "k")
                     best = min(log_distance(wanted, s, dims) or 0.0 for s in stored)
-                    assert got["distance"] == round(best, 6), (part, wanted)
+                    assert got.distance == round(best, 6), (part, wanted)
             index = best_index.best_index_for(engine)
             trees = index._snapshot.trees
             assert trees and all(covered <= len(stored) for _, covered in trees.values())
