@@ -28,6 +28,10 @@ class Settings(BaseSettings):
     migrate_on_start: bool = False
     lease_seconds: int = Field(default=120, ge=1)
     read_token_required: bool = False
+    #: 0: every lookup checks the database's change signal (one cheap query) before answering
+    #: from the in-memory read model; > 0: a lookup may answer from memory up to this many
+    #: milliseconds behind a commit (service.store.read_model)
+    lookup_staleness_ms: int = Field(default=0, ge=0, le=60_000)
     #: request bodies over this many bytes are refused with 413 (``/v1/import``: its own)
     max_body_bytes: int = Field(default=8 << 20, ge=1024)
     max_import_bytes: int = Field(default=64 << 20, ge=1024)

@@ -38,6 +38,7 @@ from service.errors import DatabaseNotMigrated
 from service.settings import Settings, get_settings
 from service.store.db import check_revision, make_engine, make_sessionmaker, upgrade
 from service.store.freshness import ChangeSignal
+from service.store.read_model import ReadModel
 
 __all__ = ["create_app"]
 
@@ -62,9 +63,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         check_revision(engine)
 
     signal = ChangeSignal(settings.database_url)
+    model = ReadModel(engine, signal, settings.lookup_staleness_ms)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        try:
+            model.check()  # load the answers before the first lookup waits for it
+        except Exception:  # the lookups retry, and the full path answers meanwhile
+            log.exception("the lookups' read model could not load; lookups use the full path")
         yield
         signal.close()
         engine.dispose()
@@ -88,7 +94,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         per_pattern=[(artifacts.UPLOAD_PATH, settings.max_artifact_bytes)],
     )
     # inside the metrics middleware (added below, so outside this), which counts its hits
-    app.add_middleware(CachedLookupMiddleware, app_ref=app, signal=signal)
+    app.add_middleware(CachedLookupMiddleware, app_ref=app, model=model)
+    app.state.read_model = model
     for module in (
         jobs,
         configs,

@@ -33,15 +33,22 @@ keeps nothing while one of them is in flight.
 
 from __future__ import annotations
 
+import re
 import time
-from typing import Any
+from typing import Any, get_args
+from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.caching import conditional_answer
+from service.api.caching import conditional_answer, etag_of
 from service.api.deps import bearer_credentials
+from service.errors import ServiceError
 from service.store.best_index import RECOUNT_SECONDS
-from service.store.freshness import ChangeSignal
+from service.store.lookup import LookupQuery
+from service.store.read_model import ReadModel
+from service.store.validation import check_layout, parse_problem
+from tuner.problems import DType, Op
+from tuner.registry import BackendName
 
 __all__ = ["LOOKUP_PATH", "MAX_CACHED", "CachedLookupMiddleware"]
 
@@ -52,6 +59,54 @@ MAX_CACHED = 50_000
 
 def _normalised(query_string: bytes) -> bytes:
     return b"&".join(sorted(query_string.split(b"&")))
+
+
+_OPS = frozenset(get_args(Op))
+_DTYPES = frozenset(get_args(DType))
+_BACKENDS = frozenset(get_args(BackendName))
+#: text the read model takes as it is; anything else (escapes of odd characters, over the
+#: route's length limits) goes to the route, which answers or refuses it
+_PLAIN = {
+    "layout": re.compile(r"[A-Za-z0-9_]{1,16}"),
+    "device": re.compile(r"[A-Za-z0-9_.:\- ]{1,300}"),
+    "toolchain": re.compile(r"[A-Za-z0-9_.:=+,/\- ]{1,1000}"),
+}
+_INT = re.compile(r"[0-9]{1,12}")
+
+
+def parse_lookup(query_string: bytes) -> LookupQuery | None:
+    """The lookup a plain query string asks for, validated as the route validates it, or None
+    for anything unusual (a repeated or empty parameter, odd text, an invalid value): the
+    route then answers, with its 422s."""
+    text_qs = query_string.decode("latin-1")
+    if "%" in text_qs or "+" in text_qs or ";" in text_qs:  # escapes: the standard parser
+        try:
+            pairs = parse_qsl(text_qs, keep_blank_values=True)
+        except ValueError:
+            return None
+    else:  # plain names and values (what build scripts send): split, as parse_qsl would
+        pairs = [tuple(p.split("=", 1)) if "=" in p else (p, "") for p in text_qs.split("&") if p]  # type: ignore[misc]
+    params: dict[str, str] = {}
+    for name, value in pairs:
+        if name in params or not value:
+            return None
+        params[name] = value
+    op, dtype, backend = params.pop("op", ""), params.pop("dtype", ""), params.pop("backend", None)
+    if op not in _OPS or dtype not in _DTYPES or (backend is not None and backend not in _BACKENDS):
+        return None
+    text: dict[str, str | None] = {}
+    for name, pattern in _PLAIN.items():
+        given = params.pop(name, None)
+        if given is not None and not pattern.fullmatch(given):
+            return None
+        text[name] = given
+    dims: dict[str, Any] = {k: int(v) if _INT.fullmatch(v) else v for k, v in params.items()}
+    try:
+        layout = check_layout(op, text["layout"], ["query", "layout"])
+        problem = parse_problem(op, dims, ["query"])
+    except ServiceError:
+        return None
+    return LookupQuery(op, dtype, layout, problem, text["device"], backend, text["toolchain"])
 
 
 class _Answers:
@@ -76,11 +131,11 @@ class _Answers:
 class CachedLookupMiddleware:
     """Pure ASGI: the cached answer of ``GET /v1/configs/best`` or the app's own answer."""
 
-    def __init__(self, app: ASGIApp, app_ref: Any, signal: ChangeSignal) -> None:
+    def __init__(self, app: ASGIApp, app_ref: Any, model: ReadModel) -> None:
         self.app = app
         self.app_ref = app_ref  # the FastAPI app: its settings may change at run time
-        self.signal = signal
-        self.max_age = None if signal.is_sqlite else RECOUNT_SECONDS
+        self.model = model
+        self.max_age = None if model.is_sqlite else RECOUNT_SECONDS
         self.answers = _Answers()
         self.route: Any = None  # the route object, for the metrics' route label on a hit
 
@@ -103,7 +158,7 @@ class CachedLookupMiddleware:
             await self.app(scope, receive, send)  # the route answers 401 (or an open read)
             return
         try:
-            version = self.signal.current()
+            version = self.model.check()
         except Exception:  # the database is unreachable: the route answers that as always
             await self.app(scope, receive, send)
             return
@@ -119,7 +174,24 @@ class CachedLookupMiddleware:
                 response = conditional_answer(if_none_match, body, etag)
                 await response(scope, receive, send)
                 return
+        if trusted and (route := self._route()) is not None:
+            query = parse_lookup(scope["query_string"])
+            answer = self.model.answer(query) if query is not None else None
+            if answer is not None:
+                scope["route"] = route
+                response = conditional_answer(if_none_match, answer, etag_of(answer))
+                await response(scope, receive, send)
+                return
         await self._miss(scope, receive, send, key, version, authorization)
+
+    def _route(self) -> Any:
+        """The lookup route object (the metrics label it), found once."""
+        if self.route is None:
+            for route in getattr(self.app_ref, "routes", ()):
+                if getattr(route, "path", None) == LOOKUP_PATH:
+                    self.route = route
+                    break
+        return self.route
 
     def _valid(self, kept_at: float) -> bool:
         if self.max_age is None:  # SQLite commits in id order: the index is never behind

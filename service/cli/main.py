@@ -135,6 +135,12 @@ def serve_command(
     access_log: Annotated[
         bool, typer.Option("--access-log", help="Log one line per HTTP request (default: off).")
     ] = False,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1, max=64, help="API processes on the one port (default 1; one per core)."
+        ),
+    ] = 1,
 ) -> None:
     """Run the API (uvicorn), with the local worker on the embedded default."""
     from service.cli.serve import serve
@@ -150,6 +156,7 @@ def serve_command(
         migrate=migrate,
         backends=backends,
         access_log=access_log,
+        workers=workers,
     )
 
 

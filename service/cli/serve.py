@@ -151,8 +151,10 @@ def serve(
     migrate: bool = False,
     backends: Sequence[str] = ("cpu",),
     access_log: bool = False,
+    workers: int = 1,
 ) -> None:
     """Run uvicorn with the app until interrupted; the local worker runs beside it.
+    ``workers`` > 1: that many API processes on one port (:mod:`service.cli.serve_workers`).
 
     Quiet by default: without ``access_log`` no line is logged per request (workers poll for
     leases every second or so, which would bury everything else)."""
@@ -173,28 +175,43 @@ def serve(
     finally:
         engine.dispose()
     ensure_admin_token(settings)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(settings),
-            host=settings.host,
-            port=settings.port,
-            log_level="info",
-            access_log=access_log,
-        )
-    )
     stop = threading.Event()
     worker_thread: threading.Thread | None = None
-    if settings.local_worker_enabled:
-        token = create_token_in_db(settings.database_url, "local-worker", ["worker"])
+
+    def start_local_worker(server: Any, at: Settings) -> None:
+        nonlocal worker_thread
+        if not at.local_worker_enabled:
+            return
+        token = create_token_in_db(at.database_url, "local-worker", ["worker"])
         worker_thread = threading.Thread(
             target=_run_local_worker,
-            args=(settings, server, token, tuple(backends), stop),
+            args=(at, server, token, tuple(backends), stop),
             name="local-worker",
             daemon=True,
         )
         worker_thread.start()
+
     try:
-        server.run()
+        if workers > 1:
+            from service.cli.serve_workers import Listening, run_processes
+
+            def bound(port: int) -> None:
+                at = settings.model_copy(update={"port": port})
+                start_local_worker(Listening(settings.host, port), at)
+
+            run_processes(settings, workers, access_log, bound)
+        else:
+            server = uvicorn.Server(
+                uvicorn.Config(
+                    create_app(settings),
+                    host=settings.host,
+                    port=settings.port,
+                    log_level="info",
+                    access_log=access_log,
+                )
+            )
+            start_local_worker(server, settings)
+            server.run()
     finally:
         stop.set()
         if worker_thread is not None:

@@ -52,12 +52,15 @@ __all__ = [
     "RECOUNT_SECONDS",
     "TIE_TOLERANCE",
     "KDTREE_MIN_ROWS",
+    "TREE_TAIL_ROWS",
     "DeviceEntry",
     "ToolchainEntry",
     "Snapshot",
     "BestIndex",
     "best_index_for",
     "split_problem",
+    "INDEX_COLUMNS",
+    "extend_snapshot",
 ]
 
 #: how often a lookup also compares the row count (catches ids committed out of order)
@@ -66,6 +69,10 @@ RECOUNT_SECONDS = 1.0
 TIE_TOLERANCE = 1e-9
 #: blocks at least this large answer nearest queries from a KD-tree instead of a full scan
 KDTREE_MIN_ROWS = 2048
+#: rows added to a block after its KD-tree was built that are scanned before it is rebuilt
+TREE_TAIL_ROWS = 256
+#: nearest rows a KD-tree query asks for: a tie band holding more asks the ball instead
+TREE_NEAREST = 4
 
 #: (field name, value) pairs a problem must share with another to be near it at all
 Category = tuple[tuple[str, Any], ...]
@@ -138,9 +145,12 @@ class Snapshot:
     #: (op, dtype, layout, device_id) -> ids of the toolchains present there
     group_toolchains: dict[tuple[str, str, str, int], frozenset[int]] = field(default_factory=dict)
     groups: dict[GroupKey, Blocks] = field(default_factory=dict)
-    #: KD-trees of the large blocks, built on first use (a duplicate build by a racing thread
-    #: is harmless); a refresh starts a new snapshot and so new trees
-    trees: dict[tuple[GroupKey, Category], Any] = field(default_factory=dict, compare=False)
+    #: KD-trees of the large blocks with the rows each covers, built on first use (a
+    #: duplicate build by a racing thread is harmless); a refresh that only appends rows
+    #: keeps them (the rows after are scanned), a rebuild starts over
+    trees: dict[tuple[GroupKey, Category], tuple[Any, int]] = field(
+        default_factory=dict, compare=False
+    )
 
     def device_ids(self, device: str | None, backend: str | None) -> list[int]:
         """Devices named by a full key or a name substring, optionally of one backend (the
@@ -221,14 +231,29 @@ class Snapshot:
         ids: np.ndarray,
         wanted: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The rows of a large block within the tie band of the nearest, from its KD-tree."""
-        tree = self.trees.get(key)
-        if tree is None:
-            tree = self.trees[key] = _KDTree(matrix)
-        distance, _ = tree.query(wanted, k=1)
-        # the ball holds every row whose squared distance could fall inside the tie band
-        radius = math.sqrt(_limit(float(distance) ** 2)) * (1 + TIE_TOLERANCE)
-        rows = np.asarray(tree.query_ball_point(wanted, radius), dtype=np.int64)
+        """The rows of a large block within the tie band of the nearest: from its KD-tree,
+        which covers the block's first rows, and a scan of the rows added after it was built
+        (a block only grows at its end); rebuilt once those are more than TREE_TAIL_ROWS and
+        an eighth of the block."""
+        entry = self.trees.get(key)
+        if entry is None or len(ids) - entry[1] > max(TREE_TAIL_ROWS, entry[1] // 8):
+            entry = self.trees[key] = (_KDTree(matrix), len(ids))
+        tree, covered = entry
+        distances, found = tree.query(wanted, k=min(TREE_NEAREST, covered))
+        distances, found = np.atleast_1d(distances), np.atleast_1d(found)
+        smallest = float(distances[0]) ** 2
+        tail = ((matrix[covered:] - wanted) ** 2).sum(axis=1)
+        if len(tail):
+            smallest = min(smallest, float(tail.min()))
+        # every row whose squared distance could fall inside the tie band: among the k
+        # nearest unless the k-th is inside it too, else the ball around the query
+        radius = math.sqrt(_limit(smallest)) * (1 + TIE_TOLERANCE)
+        if len(found) == covered or float(distances[-1]) > radius:
+            rows = found[distances <= radius].astype(np.int64)
+        else:
+            rows = np.asarray(tree.query_ball_point(wanted, radius), dtype=np.int64)
+        near_tail = np.nonzero(tail <= _limit(smallest))[0] + covered
+        rows = np.concatenate([rows, near_tail.astype(np.int64)])
         return matrix[rows], ids[rows]
 
 
@@ -291,57 +316,69 @@ class BestIndex:
 
     def _load(self, session: Session, old: Snapshot, up_to: int) -> Snapshot:
         rows = session.execute(
-            select(
-                BestConfig.id,
-                BestConfig.op,
-                BestConfig.dtype,
-                BestConfig.layout,
-                BestConfig.problem,
-                BestConfig.device_id,
-                BestConfig.toolchain_id,
-            ).where(BestConfig.id > old.max_id, BestConfig.id <= up_to)
+            select(*INDEX_COLUMNS).where(BestConfig.id > old.max_id, BestConfig.id <= up_to)
         ).all()
         self.loads += 1
-        devices, toolchains = old.devices, old.toolchains
-        if any(r.device_id not in devices for r in rows):
-            devices = {
-                d.id: DeviceEntry(d.id, d.backend, d.name, d.key())
-                for d in session.scalars(select(Device))
-            }
-        if any(r.toolchain_id not in toolchains for r in rows):
-            toolchains = {
-                t.id: ToolchainEntry(t.id, t.key, t.compiler, t.template_version, t.created_at)
-                for t in session.scalars(select(Toolchain))
-            }
-        added: dict[tuple[GroupKey, Category], tuple[list[list[float]], list[int]]] = {}
-        group_toolchains = dict(old.group_toolchains)
-        for row in rows:
-            category, logs = split_problem(row.problem, dim_names(row.op))
-            key = (row.op, row.dtype, row.layout, row.device_id, row.toolchain_id)
-            new_logs, new_ids = added.setdefault((key, category), ([], []))
-            new_logs.append(logs)
-            new_ids.append(row.id)
-            present = group_toolchains.get(key[:4], frozenset())
-            if row.toolchain_id not in present:
-                group_toolchains[key[:4]] = present | {row.toolchain_id}
-        groups = dict(old.groups)
-        for (key, category), (new_logs, new_ids) in added.items():
-            blocks = dict(groups.get(key, {}))
-            matrix = np.asarray(new_logs, dtype=np.float64).reshape(len(new_ids), -1)
-            ids = np.asarray(new_ids, dtype=np.int64)
-            if category in blocks:
-                matrix = np.concatenate([blocks[category][0], matrix])
-                ids = np.concatenate([blocks[category][1], ids])
-            blocks[category] = (matrix, ids)
-            groups[key] = blocks
-        return Snapshot(
-            max_id=up_to,
-            count=old.count + len(rows),
-            devices=devices,
-            toolchains=toolchains,
-            group_toolchains=group_toolchains,
-            groups=groups,
-        )
+        return extend_snapshot(session, old, rows, up_to)
+
+
+#: the columns :func:`extend_snapshot` reads of each best config row
+INDEX_COLUMNS = (
+    BestConfig.id,
+    BestConfig.op,
+    BestConfig.dtype,
+    BestConfig.layout,
+    BestConfig.problem,
+    BestConfig.device_id,
+    BestConfig.toolchain_id,
+)
+
+
+def extend_snapshot(session: Session, old: Snapshot, rows: Sequence[Any], max_id: int) -> Snapshot:
+    """``old`` with ``rows`` (best configs it does not hold yet, with the INDEX_COLUMNS) added;
+    devices and toolchains are read again when a row names one the snapshot lacks. Also used
+    by :mod:`service.store.read_model`, so both answer nearest queries from the same index."""
+    devices, toolchains = old.devices, old.toolchains
+    if any(r.device_id not in devices for r in rows):
+        devices = {
+            d.id: DeviceEntry(d.id, d.backend, d.name, d.key())
+            for d in session.scalars(select(Device))
+        }
+    if any(r.toolchain_id not in toolchains for r in rows):
+        toolchains = {
+            t.id: ToolchainEntry(t.id, t.key, t.compiler, t.template_version, t.created_at)
+            for t in session.scalars(select(Toolchain))
+        }
+    added: dict[tuple[GroupKey, Category], tuple[list[list[float]], list[int]]] = {}
+    group_toolchains = dict(old.group_toolchains)
+    for row in rows:
+        category, logs = split_problem(row.problem, dim_names(row.op))
+        key = (row.op, row.dtype, row.layout, row.device_id, row.toolchain_id)
+        new_logs, new_ids = added.setdefault((key, category), ([], []))
+        new_logs.append(logs)
+        new_ids.append(row.id)
+        present = group_toolchains.get(key[:4], frozenset())
+        if row.toolchain_id not in present:
+            group_toolchains[key[:4]] = present | {row.toolchain_id}
+    groups = dict(old.groups)
+    for (key, category), (new_logs, new_ids) in added.items():
+        blocks = dict(groups.get(key, {}))
+        matrix = np.asarray(new_logs, dtype=np.float64).reshape(len(new_ids), -1)
+        ids = np.asarray(new_ids, dtype=np.int64)
+        if category in blocks:
+            matrix = np.concatenate([blocks[category][0], matrix])
+            ids = np.concatenate([blocks[category][1], ids])
+        blocks[category] = (matrix, ids)
+        groups[key] = blocks
+    return Snapshot(
+        max_id=max(max_id, old.max_id),
+        count=old.count + len(rows),
+        devices=devices,
+        toolchains=toolchains,
+        group_toolchains=group_toolchains,
+        groups=groups,
+        trees=dict(old.trees),  # blocks grow at their end: each tree still covers its rows
+    )
 
 
 _MAX_ID = select(func.max(BestConfig.id))

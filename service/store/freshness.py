@@ -31,7 +31,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-__all__ = ["CHANGE_LOCK_KEY", "CHANGE_SEQUENCE", "CONNECT_TIMEOUT_S", "ChangeSignal"]
+__all__ = ["CHANGE_LOCK_KEY", "CHANGE_SEQUENCE", "CONNECT_TIMEOUT_S", "ChangeSignal", "Unsettled"]
 
 _SQLITE_QUERY = "PRAGMA data_version"
 #: the sequence and the advisory lock key of migration 0006 (its own copies; a test checks
@@ -43,6 +43,16 @@ _PG_QUERY = (
 )
 #: seconds to wait for a PostgreSQL connection before the lookup goes to the route instead
 CONNECT_TIMEOUT_S = 2
+
+
+class Unsettled:
+    """A token read while a writer was in flight: equal to no other token; ``value`` is the
+    sequence as read (it may count writes not yet visible)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int) -> None:
+        self.value = value
 
 
 class ChangeSignal:
@@ -85,7 +95,7 @@ class ChangeSignal:
             return row[0]
         settled, value = row
         # a writer in flight: its bump may be counted before its rows are visible
-        return value if settled else object()
+        return value if settled else Unsettled(value)
 
     def close(self) -> None:
         with self._lock:

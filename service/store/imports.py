@@ -31,13 +31,18 @@ from service.schemas.configs import ImportRefusal, ImportSummary
 from service.schemas.messages import validation_message
 from service.store.best import upsert_best
 from service.store.checks import impossible, variant_clash, variant_id_error
-from service.store.keys import device_row, ensure_variants, toolchain_row
-from service.store.models import BestConfig, Device, Measurement, Toolchain, Variant, utcnow
+from service.store.import_batches import (
+    CHUNK_LINES,
+    ImportMemo,
+    PendingInserts,
+    best_key_of,
+    measured_pair,
+)
+from service.store.models import BestConfig, Measurement, Variant, utcnow
 from service.store.transfer import ExportRecord
 from service.store.validation import check_layout, parse_problem
 from tuner.acceptance import variant_rejection
 from tuner.problems import Problem
-from tuner.types import Toolchain as ToolchainKey
 
 __all__ = ["MAX_IMPORT_LINES", "MAX_REPORTED", "MAX_CLOCK_SKEW", "import_lines"]
 
@@ -66,6 +71,12 @@ class _Report:
     refused: int = 0
     errors: list[ImportRefusal] = field(default_factory=list)
 
+    def recount(self, outcomes: list[str]) -> None:
+        """Lines counted "inserted" whose key another writer stored meanwhile: their outcomes."""
+        for outcome in outcomes:
+            self.inserted -= 1
+            setattr(self, outcome, getattr(self, outcome) + 1)
+
     def refuse(self, line: int, error: _Refused) -> None:
         self.refused += 1
         if len(self.errors) < MAX_REPORTED:
@@ -86,7 +97,9 @@ def _record(line: str, number: int) -> ExportRecord:
         raise _Refused(["body", number, *error["loc"]], validation_message(error)) from None
 
 
-def _checked(session: Session, record: ExportRecord, number: int, verify: bool) -> Problem:
+def _checked(
+    session: Session, record: ExportRecord, number: int, verify: bool, memo: ImportMemo
+) -> Problem:
     """The record's problem once every check passed; _Refused naming the field otherwise."""
     at: list[str | int] = ["body", number]
     try:
@@ -102,11 +115,7 @@ def _checked(session: Session, record: ExportRecord, number: int, verify: bool) 
             [*at, "measurement", "created_at"], f"{created.isoformat()} is in the future"
         )
     device = record.device
-    stored_device = session.scalars(
-        select(Device).filter_by(
-            backend=device.backend, name=device.name, arch=device.arch, sm_count=device.sm_count
-        )
-    ).first()
+    stored_device = memo.stored_device(session, record)
     m = record.measurement
     timings = {"min_us": m.min_us, "p20_us": m.p20_us, "median_us": m.median_us}
     found = impossible(problem, record.dtype, stored_device, device.name, timings)
@@ -115,9 +124,17 @@ def _checked(session: Session, record: ExportRecord, number: int, verify: bool) 
     variant = record.variant
     if verify and (bad_id := variant_id_error(variant.id)) is not None:
         raise _Refused([*at, "variant", "id"], bad_id)
-    clash = variant_clash(session.get(Variant, variant.id), record.op, variant.name, variant.params)
-    if clash is not None:
-        raise _Refused([*at, "variant", "id"], clash)
+    seen = memo.checked_variants.get(variant.id)
+    same = seen is not None and (seen.op, seen.name, seen.params) == (
+        record.op,
+        variant.name,
+        variant.params,
+    )  # a variant an earlier line passed with: the same verdict, without canonical params
+    if not same:
+        stored_variant = seen or session.get(Variant, variant.id)
+        clash = variant_clash(stored_variant, record.op, variant.name, variant.params)
+        if clash is not None:
+            raise _Refused([*at, "variant", "id"], clash)
     if verify:
         reason = variant_rejection(
             record.op,
@@ -131,28 +148,31 @@ def _checked(session: Session, record: ExportRecord, number: int, verify: bool) 
         )
         if reason is not None:
             raise _Refused([*at, "variant", "name"], f"{variant.name!r}: {reason}")
+    # a later line of the chunk is checked against this one's variant, as if it were stored
+    if variant.id not in memo.checked_variants:
+        memo.checked_variants[variant.id] = Variant(
+            id=variant.id, op=record.op, name=variant.name, params=variant.params
+        )
     return problem
 
 
-def _stored_already(session: Session, record: ExportRecord, problem: Problem) -> bool:
+def _stored_already(
+    session: Session, record: ExportRecord, problem: Problem, memo: ImportMemo
+) -> bool:
     """Whether the record's measurement is stored (an earlier import, or the exporter's row)."""
-    device = record.device
-    device_id = session.scalar(
-        select(Device.id).filter_by(
-            backend=device.backend, name=device.name, arch=device.arch, sm_count=device.sm_count
-        )
-    )
-    tc = record.toolchain
-    key = ToolchainKey(tc.compiler, tc.template_version, dict(tc.libraries)).key()
-    toolchain_id = session.scalar(select(Toolchain.id).where(Toolchain.key == key))
-    if device_id is None or toolchain_id is None:
+    if measured_pair(record, memo.key(problem)) not in memo.measured:
+        return False  # no measurement of this variant and problem at all
+    stored_device = memo.stored_device(session, record)
+    stored_toolchain = memo.stored_toolchain(session, record)
+    if stored_device is None or stored_toolchain is None:
         return False
+    device_id, toolchain_id = stored_device.id, stored_toolchain.id
     m = record.measurement
     query = select(Measurement.id).where(
         Measurement.op == record.op,
         Measurement.dtype == record.dtype,
         Measurement.layout == record.layout,
-        Measurement.problem_key == problem.key(),
+        Measurement.problem_key == memo.key(problem),
         Measurement.device_id == device_id,
         Measurement.toolchain_id == toolchain_id,
         Measurement.variant_id == record.variant.id,
@@ -173,29 +193,10 @@ def _stored_already(session: Session, record: ExportRecord, problem: Problem) ->
     return session.scalar(query.limit(1)) is not None
 
 
-def _store(
-    session: Session, record: ExportRecord, problem: Problem, record_margin: float | None
+def _upsert(
+    session: Session, measurement: Measurement, record: ExportRecord, margin: float | None
 ) -> str:
-    device = device_row(session, **record.device.model_dump())
-    toolchain = toolchain_row(session, **record.toolchain.model_dump())
-    variant = record.variant
-    ensure_variants(session, record.op, [(variant.id, variant.name, variant.params)])
-    measurement = Measurement(
-        **record.measurement.model_dump(exclude_none=True),
-        variant_id=variant.id,
-        op=record.op,
-        dtype=record.dtype,
-        layout=record.layout,
-        problem=problem.dims(),
-        problem_key=problem.key(),
-        device_id=device.id,
-        toolchain_id=toolchain.id,
-        log="imported",
-    )
-    session.add(measurement)
-    session.flush()
-    # a record the exporter's hosts confirmed is served; another is held like an upload's
-    margin = None if record.confirmed else record_margin
+    """The best config of a stored line's measurement (upsert_best), and ``confirmed``."""
     outcome = upsert_best(
         session, measurement, record.tie_set, record.unmeasured, record_margin=margin
     )
@@ -207,6 +208,47 @@ def _store(
     return outcome
 
 
+def _store(
+    session: Session,
+    record: ExportRecord,
+    problem: Problem,
+    record_margin: float | None,
+    memo: ImportMemo,
+    pending: PendingInserts,
+) -> str:
+    """Store a checked line: pending (written with its chunk) when its best key is new,
+    else at once through upsert_best. Its outcome ("inserted" for a pending line; the
+    chunk's flush corrects the rare line whose key another writer stored meanwhile)."""
+    device = memo.device(session, record)
+    toolchain = memo.toolchain(session, record)
+    memo.variant(session, record)
+    key_text, dims = memo.key(problem), memo.dims(problem)
+    memo.measured.add(measured_pair(record, key_text))
+    # a record the exporter's hosts confirmed is served; another is held like an upload's
+    margin = None if record.confirmed else record_margin
+    key = best_key_of(record, key_text, device.id, toolchain.id)
+    if key not in memo.best_keys:
+        memo.best_keys.add(key)
+        pending.add(record, key_text, dims, device.id, toolchain.id, margin)
+        return "inserted"
+    pending.flush_into(session)
+    measurement = Measurement(
+        **record.measurement.model_dump(exclude_none=True),
+        variant_id=record.variant.id,
+        op=record.op,
+        dtype=record.dtype,
+        layout=record.layout,
+        problem=dims,
+        problem_key=key_text,
+        device_id=device.id,
+        toolchain_id=toolchain.id,
+        log="imported",
+    )
+    session.add(measurement)
+    session.flush()
+    return _upsert(session, measurement, record, margin)
+
+
 def import_lines(
     session: Session, text: str, *, verify: bool = True, record_margin: float | None = None
 ) -> ImportSummary:
@@ -216,21 +258,30 @@ def import_lines(
     if len(lines) > MAX_IMPORT_LINES:
         raise InvalidInput(["body"], f"more than {MAX_IMPORT_LINES} lines")
     report = _Report()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        report.records += 1
-        try:
-            record = _record(line, number)
-            problem = _checked(session, record, number, verify)
-        except _Refused as error:
-            report.refuse(number, error)
-            continue
-        if _stored_already(session, record, problem):
-            report.duplicates += 1
-            continue
-        outcome = _store(session, record, problem, record_margin)
-        setattr(report, outcome, getattr(report, outcome) + 1)
+    memo = ImportMemo()
+    pending = PendingInserts(_upsert, report.recount)
+    for start in range(0, len(lines), CHUNK_LINES):
+        checked: list[tuple[ExportRecord, Problem]] = []
+        for number, line in enumerate(lines[start : start + CHUNK_LINES], start=start + 1):
+            if not line.strip():
+                continue
+            report.records += 1
+            try:
+                record = _record(line, number)
+                checked.append((record, _checked(session, record, number, verify, memo)))
+            except _Refused as error:
+                report.refuse(number, error)
+        memo.prefetch(session, checked)
+        for record, problem in checked:
+            if measured_pair(record, memo.key(problem)) in memo.measured:
+                pending.flush_into(session)  # an earlier line of this import may be the one
+            if _stored_already(session, record, problem, memo):
+                report.duplicates += 1
+                continue
+            outcome = _store(session, record, problem, record_margin, memo, pending)
+            setattr(report, outcome, getattr(report, outcome) + 1)
+        pending.flush_into(session)
+        memo.end_chunk()
     if not report.records:
         raise InvalidInput(["body"], "no records: send JSON lines as GET /v1/export writes them")
     if report.refused == report.records:

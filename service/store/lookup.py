@@ -39,7 +39,17 @@ from service.store.best_index import Snapshot, best_index_for, device_filter
 from service.store.models import Artifact, BestConfig, Device, Measurement, Toolchain, Variant
 from tuner.problems import Problem
 
-__all__ = ["LookupQuery", "find_devices", "find_best", "find_best_many", "log_distance"]
+__all__ = [
+    "ANSWER_ROWS",
+    "LookupQuery",
+    "allowed_pairs",
+    "answer_model",
+    "find_devices",
+    "find_best",
+    "find_best_many",
+    "log_distance",
+    "rank_rows",
+]
 
 
 def find_devices(session: Session, device: str | None, backend: str | None) -> list[Device]:
@@ -156,6 +166,10 @@ _EXACT_MANY = _ANSWER.where(
     _PAIR.in_(bindparam("pairs", expanding=True)),
 )
 _BY_ID = _ANSWER.where(BestConfig.id.in_(bindparam("ids", expanding=True)))
+#: every answer row with its revision, for service.store.read_model
+ANSWER_ROWS = select(*_COLUMNS, BestConfig.revision).select_from(
+    _JOINED.outerjoin(Artifact, _ARTIFACT_ON)
+)
 
 # PostgreSQL's batch forms. The IN lists above left the planner probing the unique key by
 # (op, dtype, layout, device, toolchain) and filtering problem_key over every row of the group
@@ -227,10 +241,14 @@ def _pairs(snapshot: Snapshot, query: LookupQuery) -> list[tuple[int, int]]:
     return snapshot.allowed(query.op, query.dtype, query.layout, devices, query.toolchain)
 
 
-def _answer(
-    query: LookupQuery, rows: Sequence[Row[Any]], exact: bool, seen: AnswerParts | None = None
-) -> BestConfigOut:
-    """The answer from candidate rows: closest first, then the most recently updated."""
+def allowed_pairs(snapshot: Snapshot, query: LookupQuery) -> list[tuple[int, int]]:
+    """The (device_id, toolchain_id) groups that may answer ``query``."""
+    return _pairs(snapshot, query)
+
+
+def rank_rows(query: LookupQuery, rows: Sequence[Row[Any]], exact: bool) -> tuple[float, Any]:
+    """The answering row of the candidates and its distance: closest first, then the most
+    recently updated; NotFound when none is comparable. (The read model ranks with it too.)"""
     wanted = query.problem.dims()
     ranked: list[tuple[float, Row[Any]]] = []
     for row in rows:
@@ -240,7 +258,20 @@ def _answer(
     if not ranked:
         raise _not_found(query)
     ranked.sort(key=lambda c: (c[0], -c[1].updated_at.timestamp(), c[1].id))
-    distance, row = ranked[0]
+    return ranked[0]
+
+
+def answer_model(query: LookupQuery, rows: Sequence[Row[Any]], exact: bool) -> BestConfigOut:
+    """The answer from candidate rows (:func:`rank_rows`), as the full path builds it."""
+    return _answer(query, rows, exact)
+
+
+def _answer(
+    query: LookupQuery, rows: Sequence[Row[Any]], exact: bool, seen: AnswerParts | None = None
+) -> BestConfigOut:
+    """The answer from candidate rows: closest first, then the most recently updated."""
+    wanted = query.problem.dims()
+    distance, row = rank_rows(query, rows, exact)
     return best_answer(
         query.op, query.dtype, query.layout, wanted, row, exact, distance, seen or AnswerParts()
     )

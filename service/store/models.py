@@ -335,6 +335,9 @@ class BestConfig(ResultKeyColumns, Base):
     pending_measurement_id: Mapped[int | None] = mapped_column(Integer, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    #: stamped by the database on every write that changes this row's answer (triggers of
+    #: migration 0010), read by service.store.read_model; never written by the code
+    revision: Mapped[int | None] = mapped_column(BigInteger, index=True)
 
 
 class ApiToken(Base):
