@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal, get_args
 
 from tuner.epilogues import EPILOGUES_OF_OP, NONE, output_columns
 from tuner.errors import InvalidRequestError
-from tuner.moe import MAX_EXPERTS, SKEWS, tokens_bucket
+from tuner.moe import MAX_EXPERTS, SKEWS, token_counts, tokens_bucket
 
 __all__ = [
     "Op",
@@ -335,7 +335,8 @@ class GroupedGemmProblem(Problem):
     skew: int = 1
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        for name in self.dim_names:  # types and ranges first: the checks below read them
+            _check_dim(name, getattr(self, name))
         if self.experts > MAX_EXPERTS:
             raise InvalidRequestError("experts", f"must be <= {MAX_EXPERTS}, got {self.experts}")
         for name in ("n", "k"):
@@ -351,11 +352,15 @@ class GroupedGemmProblem(Problem):
                 "skew", f"max/mean cannot exceed the {self.experts} experts, got {self.skew}"
             )
         object.__setattr__(self, "tokens", tokens_bucket(self.tokens))  # the bucket
+        super().__post_init__()  # operand sizes, of the bucket
 
     def operand_sizes(self) -> dict[str, int]:
+        """W counts the experts the bucket's distribution gives tokens: the others' weights
+        are never read (decode routes fewer tokens than there are experts)."""
+        active = sum(1 for m in token_counts(self.experts, self.tokens, self.skew) if m)
         return {
             "a": self.tokens * self.k,
-            "w": self.experts * self.n * self.k,
+            "w": active * self.n * self.k,
             "c": self.tokens * self.n,
         }
 

@@ -64,6 +64,8 @@ def test_the_problem_key_is_the_bucket() -> None:
     assert problem == problem_from_dict("grouped_gemm", {**problem.dims(), "tokens": 128})
     assert problem.flops() == 2.0 * 128 * 1024 * 2048
     assert GroupedGemmProblem(8, 16, 16, 4).skew == 1  # skew defaults to 1
+    # the weights of experts without tokens are not read: 8 of 64 experts in this decode bucket
+    assert GroupedGemmProblem(64, 1024, 2048, 8, 8).operand_sizes()["w"] == 8 * 1024 * 2048
 
 
 @pytest.mark.parametrize(

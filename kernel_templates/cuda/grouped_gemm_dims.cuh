@@ -1,7 +1,9 @@
 // tunehub grouped GEMM (mixture of experts): the ABI dims shared by every grouped template.
 //
-// Pulled in with a Jinja include of "cuda/_grouped_gemm.cuh" after _tunehub_abi.cuh (keep
-// Jinja syntax out of this file). Dims (tuner/abi.py): [experts, n, k, tokens, skew,
+// Pulled in with a Jinja include of "cuda/grouped_gemm_dims.cuh" after _tunehub_abi.cuh (keep
+// Jinja syntax out of this file). Its name has no leading "_" on purpose: tuner.render hashes
+// every "_*" file of the folder into every CUDA variant's id, and a helper of one op must not
+// re-key the others (the grouped variants' ids cover it through their rendered source). Dims (tuner/abi.py): [experts, n, k, tokens, skew,
 // m_0 .. m_{experts-1}]; inputs A [tokens, k] row-major, the rows of expert e stacked after
 // those of experts < e, and W [experts, n, k] (each expert's weight as torch's Linear stores
 // it); output D [tokens, n] row-major, D_e = A_e @ W_e^T. Rows of D past sum(m_e) are not
