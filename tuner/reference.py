@@ -99,8 +99,8 @@ def make_inputs(
     if isinstance(problem, RmsNormProblem):
         return {"x": uniform(problem.m, problem.k, scale=4.0), "w": uniform(problem.k, scale=4.0)}
     if isinstance(problem, GroupedGemmProblem):  # A [tokens, k] stacked by expert, W [E, n, k]
-        p = problem
-        return {"a": uniform(p.tokens, p.k), "w": uniform(p.experts, p.n, p.k)}
+        g = problem
+        return {"a": uniform(g.tokens, g.k), "w": uniform(g.experts, g.n, g.k)}
     raise TypeError(f"no inputs for {type(problem).__name__}")
 
 

@@ -95,8 +95,8 @@ def _shapes(problem: Problem, layout: str) -> tuple[list[tuple[int, ...]], tuple
     if isinstance(problem, RmsNormProblem):
         return [(problem.m, problem.k), (problem.k,)], (problem.m, problem.k), 4.0
     if isinstance(problem, GroupedGemmProblem):  # A [tokens, k] by expert, W [E, n, k]
-        p = problem
-        return [(p.tokens, p.k), (p.experts, p.n, p.k)], (p.tokens, p.n), 1.0
+        g = problem
+        return [(g.tokens, g.k), (g.experts, g.n, g.k)], (g.tokens, g.n), 1.0
     raise TypeError(f"no workload for {type(problem).__name__}")
 
 
