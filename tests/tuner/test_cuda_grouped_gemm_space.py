@@ -82,8 +82,10 @@ def test_order_tries_our_kernel_first_in_decode_and_cutlass_otherwise() -> None:
     everything = _params()
     decode = SPACE.order(everything, DECODE, "bf16", "rcr")
     assert decode[0]["family"] == "decode" and decode[0]["tokens_per_pass"] == 1
+    assert [p["family"] for p in decode[:8]] == ["decode"] * 6 + ["sm90"] * 2  # both measured
     mid = SPACE.order(everything, MID, "bf16", "rcr")
     assert mid[0]["family"] == "sm90" and mid[0]["tile_m"] == 64  # 16 tokens an expert
+    assert all(p["cluster_m"] * p["cluster_n"] == 1 for p in mid[:6])  # each tile before clusters
     prefill = SPACE.order(everything, PREFILL, "bf16", "rcr")
     assert (
         prefill[0]["family"] == "sm90" and prefill[0]["tile_m"] * prefill[0]["tile_n"] == 128 * 256

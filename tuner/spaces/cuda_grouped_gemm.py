@@ -14,7 +14,9 @@ Two families, each params dict naming its ``library`` and ``family``:
 The vendor path a user would call (``torch._grouped_mm``) is the benchmark's baseline
 (``bench/serving_moe.py``), not a candidate: it has no ABI entry point of its own here.
 ``order`` puts the decode family first when the bucket's mean tokens per expert is at most
-:data:`DECODE_MEAN_TOKENS`, else the CUTLASS family, small tiles first for small experts.
+:data:`DECODE_MEAN_TOKENS`, else the CUTLASS family (each tile on one CTA before clusters,
+64-row tiles first for small experts, the largest first above 64 tokens an expert); the other
+family's best two follow the leader's first six, so a capped search measures both.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ DECODE_MEAN_TOKENS = 8
 #: runs on CUDA cores: above this many tokens on one expert it is pruned
 DECODE_MAX_TOKENS = 64
 LIBRARIES = {"sm90": "cutlass", "decode": "tunehub"}
+#: ``order``: candidates of the leading family before the other family's best two
+_HEAD = 6
 
 #: (tile_m, tile_n, tile_k, schedule); cooperative needs tile M >= 128 (two consumer warpgroups)
 _SM90_TILES = (
@@ -127,13 +131,18 @@ class CudaGroupedGemmSpace(VariantSpace):
             return (passes, int(p["tokens_per_pass"]), -int(p["rows"]), int(p["warps"]))
 
         def sm90_key(p: Params) -> tuple[Any, ...]:
+            # every tile on one CTA first (a capped search sees each tile), clusters after
             small = mean <= 64
             fit = int(p["tile_m"]) if small else -int(p["tile_m"]) * int(p["tile_n"])
-            return (fit, p["cluster_m"] * p["cluster_n"], p["schedule"] != "coop", p["tile_k"])
+            clustered = p["cluster_m"] * p["cluster_n"] > 1
+            return (clustered, fit, p["schedule"] != "coop", p["tile_k"], p["cluster_n"])
 
         decode = sorted((p for p in candidates if p["family"] == "decode"), key=decode_key)
         sm90 = sorted((p for p in candidates if p["family"] == "sm90"), key=sm90_key)
-        return decode + sm90 if mean <= DECODE_MEAN_TOKENS else sm90 + decode
+        first, second = (decode, sm90) if mean <= DECODE_MEAN_TOKENS else (sm90, decode)
+        # the other family's best two right after the leading family's head: a capped search
+        # measures both families
+        return first[:_HEAD] + second[:2] + first[_HEAD:] + second[2:]
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
         if params["family"] == "decode":
