@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from service.cli import main
+from service.cli.output import best_answer_lines
+from service.schemas.configs import BestConfigOut
 from service.settings import get_settings
 
 DOWN = "http://127.0.0.1:1"
@@ -85,6 +87,17 @@ def test_a_batch_is_answered_from_its_bucket_then_the_nearest_bucket(api: Any) -
     assert body["tuned_problem"] == {**MIXTRAL, "tokens": 16, "skew": 1}
     exact = api.best(**GROUPED, device="H200", **MIXTRAL, tokens=3000, skew=1).json()
     assert exact["exact"] is True and exact["variant_name"] == "prefill_winner"
+    lines = best_answer_lines(BestConfigOut.model_validate(body))
+    assert any("tokens=16" in line and "nearest" in line for line in lines), lines
+
+
+def test_the_ui_shows_a_grouped_job_and_its_bucket(api: Any) -> None:
+    _tune_bucket(api, 512, 2, "mid_winner", 700.0)
+    (job,) = api.client.get("/v1/jobs").json()["jobs"]
+    page = api.client.get(f"/ui/jobs/{job['id']}")
+    assert page.status_code == 200, page.text
+    assert "grouped_gemm" in page.text and "mid_winner" in page.text
+    assert api.client.get("/ui/best?op=grouped_gemm").status_code == 200
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from tuner.errors import InvalidRequestError
 from tuner.moe import SKEWS, bucket_of, skew_bucket, token_counts, tokens_bucket
 from tuner.problems import GroupedGemmProblem, problem_from_dict
 from tuner.reference import from_storage, make_inputs, reference
+from tuner.stats import throughput
 
 
 @pytest.mark.parametrize(("total", "bucket"), [(1, 1), (2, 2), (3, 4), (5, 8), (8, 8), (9, 16)])
@@ -63,6 +64,7 @@ def test_the_problem_key_is_the_bucket() -> None:
     assert problem.key() == "experts=64,n=1024,k=2048,tokens=128,skew=2"
     assert problem == problem_from_dict("grouped_gemm", {**problem.dims(), "tokens": 128})
     assert problem.flops() == 2.0 * 128 * 1024 * 2048
+    assert throughput(problem, 2, 1.0) == (problem.flops() / 1e6, "TFLOP/s")
     assert GroupedGemmProblem(8, 16, 16, 4).skew == 1  # skew defaults to 1
     # the weights of experts without tokens are not read: 8 of 64 experts in this decode bucket
     assert GroupedGemmProblem(64, 1024, 2048, 8, 8).operand_sizes()["w"] == 8 * 1024 * 2048
