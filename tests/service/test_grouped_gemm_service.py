@@ -60,6 +60,14 @@ def test_a_job_on_a_backend_without_grouped_variants_is_refused_at_submission(ap
     assert api.client.get("/v1/jobs").json()["jobs"] == []  # nothing stored
 
 
+def test_grouped_gemm_takes_bf16_and_f16_only(api: Any) -> None:
+    problem = {**MIXTRAL, "tokens": 16}
+    body = api.job_body(op="grouped_gemm", dtype="f32", problems=[problem], device=CUDA)
+    response = api.client.post("/v1/jobs", json=body, headers=api.harness.submit)
+    assert response.status_code == 422, response.text
+    assert ["body", "dtype"] in [e["loc"] for e in response.json()["detail"]]
+
+
 def test_a_cuda_job_stores_the_bucket_as_its_problem(api: Any) -> None:
     body = api.submit(**GROUPED, problems=[{**MIXTRAL, "tokens": 100, "skew": 2}], device=CUDA)
     (status,) = body["problems"]
@@ -148,6 +156,15 @@ def test_the_ui_shows_a_grouped_job_and_its_bucket(api: Any) -> None:
                 "cpu",
             ],
             "no variants on the cpu backend",
+        ),
+        (
+            [
+                "tune",
+                "grouped_gemm",
+                *("--experts", "8", "--n", "64", "--k", "64", "--tokens", "8"),
+                *("--dtype", "f32", "--backend", "cuda"),
+            ],
+            "dtype",
         ),
     ],
 )
