@@ -14,9 +14,13 @@ Every variant, CUDA (``tunehub_run`` in ``kernel_templates/cuda/_tunehub_abi.cuh
 - scaled_gemm: the out_dtype code (0 bf16, 1 f16) and the scaling code (0 per_tensor,
   1 block), so ``[m, n, k, out_code, scaling_code]``; a variant is built for one of each and
   refuses the others (``tuner.fp8`` defines the codes, inputs and scale layouts).
+- grouped_gemm: the tokens of each expert, ``experts`` more dims, so
+  ``[experts, n, k, tokens, skew, m_0, ..., m_{E-1}]``; tuning uses
+  ``tuner.moe.token_counts`` of the bucket. A kernel serves any counts that sum to at most
+  ``tokens`` rows of A (the bucket dims only size the buffers); tokens are stacked by expert.
 
 Inputs follow ``tuner.reference.make_inputs`` (rms_norm: x [m, k], then w [k]; scaled_gemm:
-a, b, a_scale, b_scale).
+a, b, a_scale, b_scale; grouped_gemm: a [tokens, k], w [experts, n, k]).
 """
 
 from __future__ import annotations
@@ -25,7 +29,14 @@ import math
 import struct
 
 from tuner.fp8 import OUT_DTYPE_CODES, SCALING_CODES
-from tuner.problems import Problem, ReduceProblem, RmsNormProblem, ScaledGemmProblem
+from tuner.moe import token_counts
+from tuner.problems import (
+    GroupedGemmProblem,
+    Problem,
+    ReduceProblem,
+    RmsNormProblem,
+    ScaledGemmProblem,
+)
 
 __all__ = [
     "REDUCE_KIND_CODES",
@@ -79,4 +90,6 @@ def abi_dims(problem: Problem, *, eps: float = RMS_NORM_EPS) -> list[int]:
         dims.append(eps_bits(eps))
     elif isinstance(problem, ScaledGemmProblem):
         dims += [OUT_DTYPE_CODES[problem.out_dtype], SCALING_CODES[problem.scaling]]
+    elif isinstance(problem, GroupedGemmProblem):
+        dims.extend(token_counts(problem.experts, problem.tokens, problem.skew))
     return dims

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal, get_args
 
 from tuner.epilogues import EPILOGUES_OF_OP, NONE, output_columns
 from tuner.errors import InvalidRequestError
+from tuner.moe import MAX_EXPERTS, SKEWS, token_counts, tokens_bucket
 
 __all__ = [
     "Op",
@@ -39,9 +40,10 @@ __all__ = [
     "problem_from_dict",
     "PROBLEM_TYPES",
     "problem_epilogue",
+    "GroupedGemmProblem",
 ]
 
-Op = Literal["gemm", "conv2d", "reduce", "softmax", "rms_norm", "scaled_gemm"]
+Op = Literal["gemm", "conv2d", "reduce", "softmax", "rms_norm", "scaled_gemm", "grouped_gemm"]
 #: e4m3 (FP8) is the input dtype of scaled_gemm alone (``OP_DTYPES``)
 DType = Literal["f16", "bf16", "f32", "e4m3"]
 ReduceKind = Literal["sum", "max", "mean"]
@@ -55,10 +57,13 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     "softmax": ("row",),
     "rms_norm": ("row",),
     "scaled_gemm": ("rcr",),
+    #: tokens A [tokens, k] row-major, weights W [experts, n, k] (each expert's as torch's
+    #: Linear stores it), C [tokens, n] row-major
+    "grouped_gemm": ("rcr",),
 }
 #: the request dtypes each op takes (an op not named takes f16, bf16 and f32); scaled_gemm's
 #: dtype is its inputs' (FP8 e4m3), its output dtype is the problem's ``out_dtype``
-OP_DTYPES: dict[str, tuple[str, ...]] = {"scaled_gemm": ("e4m3",)}
+OP_DTYPES: dict[str, tuple[str, ...]] = {"scaled_gemm": ("e4m3",), "grouped_gemm": ("bf16", "f16")}
 _PLAIN_DTYPES = ("f16", "bf16", "f32")
 
 
@@ -312,6 +317,57 @@ class RmsNormProblem(Problem):
         return 1
 
 
+@dataclass(frozen=True)
+class GroupedGemmProblem(Problem):
+    """Mixture-of-experts grouped GEMM: C_e[m_e, n] = A_e[m_e, k] @ W_e[n, k]^T per expert.
+
+    The tokens per expert are not in the key: ``tokens`` (their total, rounded up to a power
+    of two here) and ``skew`` (max / mean, one of ``tuner.moe.SKEWS``) name a bucket, and
+    ``tuner.moe.token_counts`` is the bucket's benchmark distribution. n and k must be
+    multiples of 8 (16-byte rows for TMA and vector loads)."""
+
+    op: ClassVar[str] = "grouped_gemm"
+    dim_names: ClassVar[tuple[str, ...]] = ("experts", "n", "k", "tokens", "skew")
+    experts: int
+    n: int
+    k: int
+    tokens: int
+    skew: int = 1
+
+    def __post_init__(self) -> None:
+        for name in self.dim_names:  # types and ranges first: the checks below read them
+            _check_dim(name, getattr(self, name))
+        if self.experts > MAX_EXPERTS:
+            raise InvalidRequestError("experts", f"must be <= {MAX_EXPERTS}, got {self.experts}")
+        for name in ("n", "k"):
+            if getattr(self, name) % 8:
+                raise InvalidRequestError(
+                    name,
+                    f"must be a multiple of 8 (16-byte aligned rows), got {getattr(self, name)}",
+                )
+        if self.skew not in SKEWS:
+            raise InvalidRequestError("skew", f"must be one of {SKEWS}, got {self.skew}")
+        if self.skew > self.experts:
+            raise InvalidRequestError(
+                "skew", f"max/mean cannot exceed the {self.experts} experts, got {self.skew}"
+            )
+        object.__setattr__(self, "tokens", tokens_bucket(self.tokens))  # the bucket
+        super().__post_init__()  # operand sizes, of the bucket
+
+    def operand_sizes(self) -> dict[str, int]:
+        """W counts the experts the bucket's distribution gives tokens: the others' weights
+        are never read (decode routes fewer tokens than there are experts)."""
+        active = sum(1 for m in token_counts(self.experts, self.tokens, self.skew) if m)
+        return {
+            "a": self.tokens * self.k,
+            "w": active * self.n * self.k,
+            "c": self.tokens * self.n,
+        }
+
+    def flops(self) -> float:
+        return 2.0 * self.tokens * self.n * self.k
+
+
 def _check_epilogue(problem: Problem) -> None:
     epilogue = getattr(problem, "epilogue", NONE)
     allowed = EPILOGUES_OF_OP[problem.op]
@@ -403,6 +459,7 @@ PROBLEM_TYPES: dict[str, type[Problem]] = {
         SoftmaxProblem,
         RmsNormProblem,
         ScaledGemmProblem,
+        GroupedGemmProblem,
     )
 }
 

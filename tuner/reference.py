@@ -15,9 +15,11 @@ import numpy as np
 from tuner.abi import RMS_NORM_EPS
 from tuner.epilogues import NONE, activation_of
 from tuner.fp8 import make_scaled_gemm_inputs, scaled_gemm_reference
+from tuner.moe import token_counts
 from tuner.problems import (
     Conv2dProblem,
     GemmProblem,
+    GroupedGemmProblem,
     Problem,
     ReduceProblem,
     RmsNormProblem,
@@ -33,6 +35,7 @@ __all__ = [
     "make_inputs",
     "reference",
     "rms_norm_reference",
+    "grouped_gemm_reference",
     "apply_epilogue",
     "Verdict",
     "tolerance",
@@ -95,6 +98,9 @@ def make_inputs(
         return {"x": uniform(problem.m, problem.k, scale=4.0)}
     if isinstance(problem, RmsNormProblem):
         return {"x": uniform(problem.m, problem.k, scale=4.0), "w": uniform(problem.k, scale=4.0)}
+    if isinstance(problem, GroupedGemmProblem):  # A [tokens, k] stacked by expert, W [E, n, k]
+        g = problem
+        return {"a": uniform(g.tokens, g.k), "w": uniform(g.experts, g.n, g.k)}
     raise TypeError(f"no inputs for {type(problem).__name__}")
 
 
@@ -129,7 +135,25 @@ def reference(
         return rms_norm_reference(
             from_storage(inputs["x"], dtype), from_storage(inputs["w"], dtype), RMS_NORM_EPS
         )
+    if isinstance(problem, GroupedGemmProblem):
+        return grouped_gemm_reference(
+            from_storage(inputs["a"], dtype),
+            from_storage(inputs["w"], dtype),
+            token_counts(problem.experts, problem.tokens, problem.skew),
+        )
     raise TypeError(f"no reference for {type(problem).__name__}")
+
+
+def grouped_gemm_reference(a: np.ndarray, w: np.ndarray, counts: list[int]) -> np.ndarray:
+    """Per-expert matmuls in float32: rows ``start:start + m_e`` of ``a`` [tokens, k] times
+    ``w[e]``^T ([n, k]); rows past ``sum(counts)`` are zero here (kernels leave them
+    unwritten: a bucket's benchmark counts sum to its ``tokens``)."""
+    out = np.zeros((a.shape[0], w.shape[1]), dtype=np.float32)
+    start = 0
+    for e, m in enumerate(counts):
+        out[start : start + m] = a[start : start + m] @ w[e].T
+        start += m
+    return out
 
 
 def _erf(x: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ __all__ = [
     "BACKENDS",
     "STRATEGIES",
     "load_space",
+    "has_space",
     "load_backend_class",
     "load_strategy_class",
 ]
@@ -35,6 +36,7 @@ SPACES: dict[tuple[str, str], str] = {
     ("rms_norm", "cuda"): "tuner.spaces.cuda_rms_norm:CudaRmsNormSpace",
     # FP8: CUDA only (no CPU space: a cpu job for it is refused at submission)
     ("scaled_gemm", "cuda"): "tuner.spaces.cuda_scaled_gemm:CudaScaledGemmSpace",
+    ("grouped_gemm", "cuda"): "tuner.spaces.cuda_grouped_gemm:CudaGroupedGemmSpace",
 }
 BACKENDS: dict[str, str] = {
     "cpu": "tuner.backends.cpu:CpuBackend",
@@ -60,6 +62,11 @@ def load_space(op: str, backend: str) -> Any:
     if path is None:
         raise InvalidRequestError("op", f"no {backend} variant space for op {op!r}")
     return _load(path)()
+
+
+def has_space(op: str, backend: str) -> bool:
+    """Whether ``op`` has variants on ``backend`` (a job for it is refused at submission)."""
+    return (op, backend) in SPACES
 
 
 def load_backend_class(name: str) -> Any:

@@ -31,6 +31,7 @@ from service.schemas.client_results import CLIENT_KEY_SCHEMA
 from service.schemas.common import JSON_OBJECT_MARK, TEXT_PATTERN
 from service.settings import Settings
 from tuner.epilogues import EPILOGUES, EPILOGUES_OF_OP
+from tuner.moe import MAX_EXPERTS, SKEWS
 from tuner.problems import (
     MAX_DIM,
     PROBLEM_TYPES,
@@ -125,6 +126,10 @@ def problem_schema() -> dict[str, Any]:
         if op == "scaled_gemm":
             properties["out_dtype"] = {"type": "string", "enum": list(SCALED_GEMM_OUT_DTYPES)}
             properties["scaling"] = {"type": "string", "enum": list(SCALINGS)}
+        if op == "grouped_gemm":  # tuner.problems.GroupedGemmProblem's rules, said in JSON
+            properties["experts"]["maximum"] = MAX_EXPERTS
+            properties["n"]["multipleOf"] = properties["k"]["multipleOf"] = 8
+            properties["skew"] = {"type": "integer", "enum": list(SKEWS)}
         required = [name for name in properties if fields[name].default is dataclasses.MISSING]
         shapes.append(
             {

@@ -40,7 +40,7 @@ from service.schemas.jobs import JobCreate
 from tuner.abi import RMS_NORM_EPS
 from tuner.errors import TunerError
 from tuner.problems import LAYOUTS, OP_DTYPES, op_dtypes, problem_from_dict
-from tuner.registry import BACKENDS, STRATEGIES
+from tuner.registry import BACKENDS, STRATEGIES, has_space
 
 __all__ = ["tune_app", "best_app", "run_tune"]
 
@@ -90,6 +90,8 @@ def run_tune(
     if layout is not None:
         check_choice(f"layout of {op}", layout, LAYOUTS[op])
     problem = _problem_dims(op, dims)
+    if not has_space(op, backend):
+        raise UserError(f"op {op} has no variants on the {backend} backend (--backend)")
     request = JobCreate.model_validate(
         {
             "op": op,
@@ -299,6 +301,11 @@ _ScalingOpt = Annotated[
     str, typer.Option(help="per_tensor, or block (A per 1x128 along k, B per 128x128).")
 ]
 
+_TokensOpt = Annotated[
+    int, typer.Option(help="Total tokens routed (top-k counted), rounded up to a power of two.")
+]
+_SkewOpt = Annotated[int, typer.Option(help="Max tokens of an expert / mean: 1, 2, 4 or 8.")]
+
 #: each op's own options, in the order --help lists them: (name, annotation, default); all
 #: are dims of the problem except ``layout``
 _OP_OPTIONS: dict[str, tuple[tuple[str, Any, Any], ...]] = {
@@ -326,6 +333,13 @@ _OP_OPTIONS: dict[str, tuple[tuple[str, Any, Any], ...]] = {
         ("out_dtype", _OutDTypeOpt, "bf16"),
         ("scaling", _ScalingOpt, "per_tensor"),
     ),
+    "grouped_gemm": (
+        ("experts", DimOpt, _REQUIRED),
+        ("n", DimOpt, _REQUIRED),
+        ("k", DimOpt, _REQUIRED),
+        ("tokens", _TokensOpt, _REQUIRED),
+        ("skew", _SkewOpt, 1),
+    ),
 }
 #: the layout of an op without a --layout option (None: the op has no layouts)
 _FIXED_LAYOUT = {
@@ -334,6 +348,7 @@ _FIXED_LAYOUT = {
     "rms_norm": None,
     "conv2d": "nhwc",
     "scaled_gemm": "rcr",
+    "grouped_gemm": "rcr",
 }
 
 _TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
@@ -369,6 +384,10 @@ _TUNE_HELP = {
         "FP8 GEMM: D (m x n, out-dtype) = (sa A) (m x k, e4m3) @ (sb B)^T, B (n x k, e4m3) "
         "weights; f32 accumulate; --dtype e4m3."
     ),
+    "grouped_gemm": (
+        "Mixture-of-experts grouped GEMM: per expert C_e = A_e @ W_e^T (W: experts x n x k), "
+        "tuned per bucket of the tokens per expert (tokens, skew; tuner/moe.py)."
+    ),
 }
 _BEST_HELP = {
     "reduce": "Best config of a row reduction.",
@@ -377,6 +396,7 @@ _BEST_HELP = {
     "gemm": "Best config of a GEMM.",
     "conv2d": "Best config of a forward convolution.",
     "scaled_gemm": "Best config of an FP8 GEMM with scales (--dtype e4m3).",
+    "grouped_gemm": "Best config of a grouped GEMM for a token bucket (tokens, skew).",
 }
 
 

@@ -110,6 +110,22 @@ def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 # recorder, launch with (a, weight, bias), and a fake kernel of n (n/2 for gated_silu) columns.
 # Until then ``linear`` above adds the bias after the tuned product, as it always did.
 
+# -- the seam for a grouped_mm op (issue 26, items 2 and 4; docs/grouped_gemm.md) ----------------
+# ``tunehub::grouped_mm(a, weight, offs)`` goes here, beside linear_kernel, as one more entry of
+# _DEFINITIONS, with torch._grouped_mm's meaning: a [tokens, k] stacked by expert, weight
+# [E, n, k] (each expert's as nn.Linear stores it), offs the int32 cumulative tokens per expert;
+# fake kernel ``a.new_empty((a.shape[0], weight.shape[1]))``; fallback torch._grouped_mm(a,
+# weight.transpose(-2, -1), offs=offs). The tuned kernels exist (op grouped_gemm, CUDA only).
+# What it needs here: (1) the shape key is the bucket, not the counts: ``tuner.moe.bucket_of``
+# of the counts gives (tokens, skew), and RUNTIME.entry must key on (E, n, k, tokens, skew);
+# ``_torch_runtime.problem_of`` builds the GroupedGemmProblem from those five dims; (2) the
+# ABI takes the counts as host dims after the five (tuner/abi.py), so offs must come to the
+# host: one device-to-host copy and a sync per call, which a CUDA graph cannot capture. A
+# capturable op needs a variant ABI that reads offs on the device (the decode kernel's work list
+# and the CUTLASS setup kernel would then be built on the device); until that exists, MoE
+# layers keep calling torch._grouped_mm, and a serving stack can call a tuned artifact through
+# the C ABI directly with the counts it already has on the host.
+
 
 def matmul_kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     m, k = a.shape

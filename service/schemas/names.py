@@ -27,7 +27,7 @@ __all__ = [
     "ABI_VERSION",
 ]
 
-Op = Literal["gemm", "conv2d", "reduce", "softmax", "rms_norm", "scaled_gemm"]
+Op = Literal["gemm", "conv2d", "reduce", "softmax", "rms_norm", "scaled_gemm", "grouped_gemm"]
 #: e4m3 (FP8) is scaled_gemm's input dtype alone (tuner.problems.OP_DTYPES)
 DType = Literal["f16", "bf16", "f32", "e4m3"]
 ReduceKind = Literal["sum", "max", "mean"]
@@ -45,6 +45,7 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     "softmax": ("row",),
     "rms_norm": ("row",),
     "scaled_gemm": ("rcr",),
+    "grouped_gemm": ("rcr",),
 }
 #: no single problem dim may exceed this (2^24)
 MAX_DIM = 1 << 24

@@ -177,7 +177,11 @@ def test_reads_declare_no_security_and_writes_do(api: Any) -> None:
         "softmax problem",
         "rms_norm problem",
         "scaled_gemm problem",
+        "grouped_gemm problem",
     ]
+    grouped = job["anyOf"][6]["properties"]
+    assert grouped["skew"]["enum"] == [1, 2, 4, 8] and grouped["experts"]["maximum"] == 256
+    assert grouped["n"]["multipleOf"] == grouped["k"]["multipleOf"] == 8
     results = paths["/v1/leases/{lease_id}/results"]["post"]["responses"]
     assert {"403", "404", "409"} <= set(results)
     assert {"404"} <= set(paths["/v1/jobs/{job_id}"]["get"]["responses"])

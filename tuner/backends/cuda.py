@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 _OUTCOMES = {o.value: o for o in Outcome}
 #: ops whose templates include CUTLASS headers
-_CUTLASS_OPS = ("gemm", "conv2d", "scaled_gemm")
+_CUTLASS_OPS = ("gemm", "conv2d", "scaled_gemm", "grouped_gemm")
 _PROBE_TIMEOUT_S = 120.0
 #: template families that call a vendor library (linked against it, its headers on the include
 #: path) -> that library

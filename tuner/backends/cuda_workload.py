@@ -17,9 +17,11 @@ import torch
 
 from tuner.abi import RMS_NORM_EPS, abi_dims
 from tuner.epilogues import NONE, activation_of, output_columns
+from tuner.moe import token_counts
 from tuner.problems import (
     Conv2dProblem,
     GemmProblem,
+    GroupedGemmProblem,
     Problem,
     ReduceProblem,
     RmsNormProblem,
@@ -34,6 +36,7 @@ __all__ = [
     "scaled_gemm_inputs",
     "dequantized",
     "rms_norm_reference",
+    "grouped_gemm_reference",
     "apply_epilogue",
     "verify_output",
     "time_launches",
@@ -91,6 +94,9 @@ def _shapes(problem: Problem, layout: str) -> tuple[list[tuple[int, ...]], tuple
         return [(problem.m, problem.k)], (problem.m, problem.k), 4.0
     if isinstance(problem, RmsNormProblem):
         return [(problem.m, problem.k), (problem.k,)], (problem.m, problem.k), 4.0
+    if isinstance(problem, GroupedGemmProblem):  # A [tokens, k] by expert, W [E, n, k]
+        g = problem
+        return [(g.tokens, g.k), (g.experts, g.n, g.k)], (g.tokens, g.n), 1.0
     raise TypeError(f"no workload for {type(problem).__name__}")
 
 
@@ -126,6 +132,10 @@ def _reference(problem: Problem, layout: str, inputs: list[torch.Tensor]) -> tor
         )
         y = y.permute(0, 2, 3, 1).contiguous()
         return y if problem.epilogue == NONE else apply_epilogue(y, inputs[2], problem.epilogue)
+    if isinstance(problem, GroupedGemmProblem):
+        return grouped_gemm_reference(
+            inputs[0], inputs[1], token_counts(problem.experts, problem.tokens, problem.skew)
+        )
     x = inputs[0].float()
     if isinstance(problem, RmsNormProblem):
         return rms_norm_reference(x, inputs[1].float(), RMS_NORM_EPS)
@@ -134,6 +144,17 @@ def _reference(problem: Problem, layout: str, inputs: list[torch.Tensor]) -> tor
             return x.amax(dim=1)
         return x.mean(dim=1) if problem.kind == "mean" else x.sum(dim=1)
     return torch.softmax(x, dim=1)
+
+
+def grouped_gemm_reference(a: torch.Tensor, w: torch.Tensor, counts: list[int]) -> torch.Tensor:
+    """Per-expert matmuls in float32: rows of expert e of ``a`` [tokens, k] times ``w[e]``^T."""
+    out = torch.zeros((a.shape[0], w.shape[1]), dtype=torch.float32, device=a.device)
+    start = 0
+    for e, m in enumerate(counts):
+        if m:
+            out[start : start + m] = a[start : start + m].float() @ w[e].float().t()
+        start += m
+    return out
 
 
 def rms_norm_reference(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

@@ -1,0 +1,48 @@
+"""bench/serving_moe.py without a GPU: the model's shapes and buckets, the precompile command
+it prints, and its totals."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from bench import serving_moe as sm
+from bench.precompile_cuda import parse_dims
+from tuner.moe import bucket_of, token_counts
+from tuner.problems import problem_from_dict
+
+
+def test_mixtral_expert_gemms_at_three_buckets() -> None:
+    rows = sm.problems()
+    assert len(rows) == 6
+    assert {(r["layer"], r["n"], r["k"]) for r, _ in rows} == {
+        ("gate_up", 28672, 4096),
+        ("down", 4096, 14336),
+    }
+    assert [r["bucket"] for r, _ in rows[:3]] == ["decode", "mid", "prefill"]
+    for _, problem in rows:
+        counts = token_counts(problem.experts, problem.tokens, problem.skew)
+        assert bucket_of(counts) == (problem.tokens, problem.skew)
+
+
+def test_the_precompile_command_builds_every_problem() -> None:
+    (command,) = sm.precompile_commands(8)
+    argv = shlex.split(command)
+    assert argv[argv.index("--op") + 1] == "grouped_gemm"
+    problems = [argv[i + 1] for i, a in enumerate(argv) if a == "--problem"]
+    built = [problem_from_dict("grouped_gemm", parse_dims(p)) for p in problems]
+    assert built == [p for _, p in sm.problems()]
+
+
+def test_totals_read_the_speedups() -> None:
+    rows = [
+        {"speedup": {"grouped_mm": 1.2, "loop": 2.0}},
+        {"speedup": {"grouped_mm": 0.8, "loop": 3.0}},
+        {"tune_error": "deadline"},
+    ]
+    totals = sm.totals(rows)
+    assert totals["geomean_vs_grouped_mm"] == pytest.approx((1.2 * 0.8) ** 0.5)
+    assert totals["min_vs_grouped_mm"] == 0.8
+    assert totals["geomean_vs_loop"] == pytest.approx(6**0.5)
+    assert totals["rows_measured"] == 2 and totals["rows_total"] == 3
