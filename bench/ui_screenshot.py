@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tunehub-ui-") as artifacts:
         env = {**os.environ, "TUNEHUB_TEST_ARTIFACTS": artifacts}
-        test = "tests/service/test_ui_browser.py"
+        test = "tests/service/api/test_ui_browser.py"
         command = [sys.executable, "-m", "pytest", "-q", "-rs", test]
         result = subprocess.run(command, cwd=ROOT, env=env, check=False)
         shot = Path(artifacts) / "ui-job.png"

@@ -181,7 +181,7 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
         local_worker=False,
         lease_seconds=60,
         # the API tests upload synthetic variants ("sha-a", {"pack": 4, "name": "a"});
-        # tests/service/test_trust.py checks real ones with verification on
+        # tests/service/api/test_trust.py checks real ones with verification on
         verify_variants=False,
     )
 

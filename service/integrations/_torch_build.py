@@ -11,7 +11,7 @@ used, with a warning. The shared object lands in
 compiler runs from an argv list (never a shell) with a timeout.
 
 The header lookups mirror tuner/cutlass_paths.py and tuner/vendor_paths.py (the integrations
-may not import ``tuner``); tests/service/test_torch_build.py checks that they agree.
+may not import ``tuner``); tests/service/integrations/test_torch_build.py checks that they agree.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Every consumer takes its fields from :class:`MeasuredValues`, by name:
 
 A new measured value is therefore three edits: its line here, the field of the same name on
 the engine's ``BenchResult`` (or ``Timing``) in ``tuner/types.py``, and an Alembic migration
-adding the column. ``tests/service/test_measurement_fields.py`` checks that each consumer
+adding the column. ``tests/service/store/test_measurement_fields.py`` checks that each consumer
 carries exactly this set. Clocks, temperatures and throttle flags travel in ``provenance``.
 """
 

@@ -3,7 +3,7 @@
 The schemas own them and import nothing of ``tuner`` (a contract in ``pyproject.toml``), so a
 client or a build script that reads the wire never loads the engine. The engine keeps its own
 typed names (``tuner.problems``, ``tuner.registry``, ``tuner.types``); both are written down
-once each, and ``tests/service/test_wire_names.py`` checks that they agree, so a name added
+once each, and ``tests/service/schemas/test_wire_names.py`` checks that they agree, so a name added
 to one side and not the other fails the tests, not a user's request.
 """
 

@@ -19,7 +19,7 @@ from service.agent.wire import build_in
 from service.api.app import create_app
 from service.settings import Settings
 from service.store.tokens import create_token
-from tests.service.test_fastpath import _statements
+from tests.service.api.test_fastpath import _statements
 from tests.tuner.cpu_helpers import RENDER_FLAGS
 from tuner.backends.cpu_artifact import BUILD_FLAGS, standalone_source
 from tuner.render import TEMPLATES_DIR, render_variant, template_version

@@ -17,10 +17,10 @@ from sqlalchemy.orm import Session
 from service.store.db import make_engine, upgrade
 from service.store.freshness import CHANGE_LOCK_KEY, CHANGE_SEQUENCE, ChangeSignal
 from tests.conftest import _pg_create, _pg_drop, _pg_url, _unique
-from tests.service.test_fastpath import EXACT, _seed, _statements
-from tests.service.test_lookup_index import H200, NEW_TC, _store
+from tests.service.api.test_fastpath import EXACT, _seed, _statements
+from tests.service.store.test_lookup_index import H200, NEW_TC, _store
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 POSTGRESQL_ONLY = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 
 

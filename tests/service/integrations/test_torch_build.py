@@ -17,7 +17,7 @@ import service.integrations.torch as tunehub_torch  # noqa: E402
 from service.integrations import _torch_build  # noqa: E402
 from service.integrations._torch_build import BuildError, build_variant, needed_build  # noqa: E402
 from service.integrations._torch_device import cpu_device_key, isa_level  # noqa: E402
-from tests.service.torch_helpers import FIXTURE_SOURCE, FakeArtifactClient  # noqa: E402
+from tests.service.integrations.torch_helpers import FIXTURE_SOURCE, FakeArtifactClient  # noqa: E402
 from tuner.backends import cpu_host  # noqa: E402
 from tuner.backends.cpu import CpuBackend  # noqa: E402
 from tuner.types import EngineConfig  # noqa: E402
@@ -140,7 +140,7 @@ def building_client(tmp_path: Path) -> Iterator[BuildingClient]:
 
 @needs_gxx
 def test_source_policy_builds_the_winner(building_client: BuildingClient, tmp_path: Path) -> None:
-    from tests.service.torch_helpers import build_fixture
+    from tests.service.integrations.torch_helpers import build_fixture
 
     library = build_fixture(tmp_path, "SOFTMAX")  # the answer's artifact, never fetched here
     answer = building_client.serve("softmax", "row", {"m": 4, "k": 16}, cpu_device_key(), library)

@@ -1,5 +1,5 @@
 """The ctypes loader of the tunehub ABI against real compiled code: the test fixture library
-(tests/service/torch_fixtures/abi_fixture.cpp, built here with g++)."""
+(tests/service/integrations/torch_fixtures/abi_fixture.cpp, built here with g++)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from service.integrations._torch_loader import (  # noqa: E402
     load_library,
     reason_text,
 )
-from tests.service.torch_helpers import build_fixture  # noqa: E402
+from tests.service.integrations.torch_helpers import build_fixture  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 

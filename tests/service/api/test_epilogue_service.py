@@ -17,7 +17,7 @@ from service.client import ApiError, TunehubClient
 from service.schemas.configs import BestConfigOut, ConfigQuery
 from service.schemas.jobs import JobCreate
 from service.settings import get_settings
-from tests.service.test_end_to_end import LiveServer, engine_config, live_server  # noqa: F401
+from tests.service.e2e.test_end_to_end import LiveServer, engine_config, live_server  # noqa: F401
 
 DOWN = "http://127.0.0.1:1"
 CONV = {"n": 1, "h": 8, "w": 8, "c": 8, "k": 16, "r": 3, "s": 3, "stride": 1, "pad": 1}

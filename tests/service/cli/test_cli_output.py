@@ -18,7 +18,7 @@ from service.cli import main
 from service.cli.output import best_answer_lines
 from service.client import TunehubClient
 from service.schemas.configs import MAX_NEAREST_DISTANCE, BestConfigOut
-from tests.service.test_end_to_end import (  # noqa: F401  (fixtures)
+from tests.service.e2e.test_end_to_end import (  # noqa: F401  (fixtures)
     LiveServer,
     compile_cache,
     engine_config,
@@ -26,7 +26,7 @@ from tests.service.test_end_to_end import (  # noqa: F401  (fixtures)
 )
 
 WIDTH = 80
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

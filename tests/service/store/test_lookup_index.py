@@ -26,7 +26,7 @@ from service.store.lookup import LookupQuery, find_best, find_best_many, log_dis
 from service.store.models import BestConfig, Device, Measurement, Task, Toolchain, Worker, utcnow
 from tuner.problems import problem_from_dict
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 H200 = {"backend": "cuda", "name": "NVIDIA H200", "arch": "sm_90", "sm_count": 132}
 H100 = {"backend": "cuda", "name": "NVIDIA H100", "arch": "sm_90", "sm_count": 132}
 CPU = {"backend": "cpu", "name": "Test CPU", "arch": "x86_64", "sm_count": 8}
@@ -237,7 +237,7 @@ def test_a_write_from_another_process_is_seen_at_once(database_url: str) -> None
         f"""
         from sqlalchemy.orm import Session
         from service.store.db import make_engine
-        from tests.service.test_lookup_index import H200, NEW_TC, _store
+        from tests.service.store.test_lookup_index import H200, NEW_TC, _store
         with Session(make_engine({database_url!r})) as session:
             _store(session, "gemm", {{"m": 512, "n": 512, "k": 512}}, 3.0, H200, NEW_TC, "other")
             session.commit()

@@ -15,9 +15,9 @@ from sqlalchemy import event, update
 
 from service.api.fastpath import CachedLookupMiddleware
 from service.store.models import ApiToken, BestConfig
-from tests.service.test_lookup_index import H200, NEW_TC, _store
+from tests.service.store.test_lookup_index import H200, NEW_TC, _store
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXACT = {"op": "gemm", "dtype": "f16", "m": 256, "n": 256, "k": 256}
 NEAREST = {"op": "gemm", "dtype": "f16", "m": 300, "n": 256, "k": 256}
 
@@ -163,7 +163,7 @@ def test_a_write_from_another_process_is_seen_by_the_next_lookup(api: Any) -> No
         f"""
         from sqlalchemy.orm import Session
         from service.store.db import make_engine
-        from tests.service.test_lookup_index import H200, NEW_TC, _store
+        from tests.service.store.test_lookup_index import H200, NEW_TC, _store
         with Session(make_engine({url!r})) as session:
             _store(session, "gemm", {{"m": 256, "n": 256, "k": 256}}, 1.0, H200, NEW_TC, "b")
             session.commit()

@@ -19,7 +19,7 @@ from torch import nn  # noqa: E402
 import service.integrations.torch as tunehub_torch  # noqa: E402
 from service.integrations._torch_device import cpu_device_key  # noqa: E402
 from service.integrations._torch_ops import eps_bits  # noqa: E402
-from tests.service.torch_helpers import (  # noqa: E402
+from tests.service.integrations.torch_helpers import (  # noqa: E402
     RMS_NORM_KNOWN,
     FakeArtifactClient,
     build_fixture,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.service.test_cli import DOWN, one_error_line, run_cli
+from tests.service.cli.test_cli import DOWN, one_error_line, run_cli
 from tuner.problems import ScaledGemmProblem
 from tuner.spaces.cuda_scaled_gemm import CudaScaledGemmSpace
 

@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 
 from service.store.import_batches import CHUNK_LINES
 from service.store.models import BestConfig, Measurement
-from tests.service.test_import_checks import _post, _record, strict  # noqa: F401 (fixture)
+from tests.service.store.test_import_checks import _post, _record, strict  # noqa: F401 (fixture)
 
 
 def _line(api: Any, m: int, median: float = 50.0) -> dict[str, Any]:

@@ -208,7 +208,7 @@ def test_console_script_module_runs(tmp_path: Path) -> None:
         text=True,
         timeout=60,
         env=env,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
     )
     assert done.returncode == 2
     assert done.stderr.strip().startswith("tunehub: ")

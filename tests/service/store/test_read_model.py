@@ -17,7 +17,7 @@ from service.api.fastpath import CachedLookupMiddleware, parse_lookup
 from service.settings import Settings
 from service.store.db import downgrade, make_engine, upgrade
 from service.store.models import BestConfig, Device
-from tests.service.test_lookup_index import CPU, H100, H200, NEW_TC, OLD_TC, _store
+from tests.service.store.test_lookup_index import CPU, H100, H200, NEW_TC, OLD_TC, _store
 
 SHAPES = [(256, 256, 256), (512, 1024, 64), (4096, 128, 4096), (16, 4096, 4096)]
 QUERIES = [

@@ -13,7 +13,7 @@ import pytest
 
 from service.api.ui import charts, data
 from service.api.ui.labels import SUSPECT_TEXT, natural_key, problem_label, problem_sort_key
-from tests.service.test_ui import KS, page, tune_reduce_sweep
+from tests.service.api.test_ui import KS, page, tune_reduce_sweep
 
 
 def reduce_problem(k: int, m: int = 64) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from service.cli import main
 from service.cli.common import UserError
 from service.cli.tune_file import read_shapes
 from service.client import TunehubClient
-from tests.service.test_end_to_end import (  # noqa: F401  (fixtures)
+from tests.service.e2e.test_end_to_end import (  # noqa: F401  (fixtures)
     LiveServer,
     compile_cache,
     engine_config,

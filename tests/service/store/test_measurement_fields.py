@@ -20,7 +20,7 @@ from service.store.models import Measurement
 from service.store.transfer import MeasurementRecord
 from tuner.types import BenchResult, Outcome, Timing
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MEASURED = set(MEASURED_FIELDS)
 #: what each consumer carries beside the measured values
 RUN = {"outcome", "log", "provenance", "suspect"}

@@ -18,7 +18,7 @@ from service.cli.serve import free_port
 from service.cli.serve_workers import settings_environment
 from service.settings import Settings
 from tests.conftest import spawn_cli
-from tests.service.test_import_checks import REAL_NAME, REAL_PARAMS
+from tests.service.store.test_import_checks import REAL_NAME, REAL_PARAMS
 
 
 def test_the_settings_reach_the_processes_through_the_environment(

@@ -17,7 +17,7 @@ from service.schemas.artifacts import ArtifactRef, ArtifactUploadOut, VariantBui
 from service.schemas.configs import BestConfigOut, ConfigQuery
 from service.schemas.jobs import WinnerSummary
 from service.schemas.worker import ResultsIn, ResultsOut
-from tests.service.test_worker import FakeBackend, ScriptedClient, lease, make_agent
+from tests.service.agent.test_worker import FakeBackend, ScriptedClient, lease, make_agent
 from tuner.errors import ToolchainError
 from tuner.types import BuildRecord, EngineConfig, Variant
 

@@ -31,8 +31,8 @@ from service.integrations._torch_device import cpu_device_key  # noqa: E402
 from service.schemas.configs import ConfigQuery  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from tests.service.conftest import LiveService  # noqa: E402
-from tests.service.test_end_to_end import compile_cache, engine_config  # noqa: E402, F401
-from tests.service.torch_helpers import RMS_NORM_KNOWN  # noqa: E402
+from tests.service.e2e.test_end_to_end import compile_cache, engine_config  # noqa: E402, F401
+from tests.service.integrations.torch_helpers import RMS_NORM_KNOWN  # noqa: E402
 
 EPS = 1e-5
 
