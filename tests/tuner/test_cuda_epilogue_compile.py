@@ -122,9 +122,8 @@ def test_fused_hand_written_and_cublaslt_variants_compile(tmp_path: Path) -> Non
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize(
-    ("epilogue", "schedule"), [("bias_silu", "coop"), ("bias_gelu", "pingpong")]
-)
+# one CUTLASS build (40-120 s on a 2-core CI machine); the schedule is not what the epilogue changes
+@pytest.mark.parametrize(("epilogue", "schedule"), [("bias_silu", "coop")])
 def test_fused_cutlass_sm90_variant_compiles(tmp_path: Path, epilogue: str, schedule: str) -> None:
     require_toolchain(cutlass_include_dirs)
     backend = CudaBackend(

@@ -30,14 +30,15 @@ SM90 = {
     "swizzle": 1,
     "scheduler": "persistent",
 }
+#: the CUTLASS builds take 40-120 s each on a 2-core CI machine: two cover both scalings, both
+#: accumulation modes and both tile schedulers
 CASES = [
-    {**SM90, "out_dtype": "bf16", "scaling": "per_tensor", "accum": "fast"},
     {**SM90, "out_dtype": "f16", "scaling": "block", "accum": "promoted"},
     {
         **SM90,
         "out_dtype": "bf16",
         "scaling": "per_tensor",
-        "accum": "promoted",
+        "accum": "fast",
         "tile_n": 256,
         "scheduler": "streamk",
     },  # fmt: skip
