@@ -13,6 +13,7 @@ from tuner.spaces.cuda_rows import (
     packs_for,
     prune_row_mapping,
     row_mappings,
+    rows_supported,
     split_rank,
     widest_first,
 )
@@ -29,7 +30,7 @@ class CudaReduceSpace(VariantSpace):
     template = "cuda/reduce.cu.j2"
 
     def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
-        if layout != "row" or dtype not in CTYPES:
+        if not rows_supported(dtype, layout):
             return
         for pack in packs_for(dtype):
             for strategy, group, threads in row_mappings(arch):
