@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import itertools
 import math
+from abc import abstractmethod
 from collections.abc import Iterator
 from typing import Any
 
+from tuner.epilogues import NONE, params_epilogue, with_epilogues
 from tuner.errors import InvalidRequestError
 from tuner.problems import Problem
 from tuner.spaces.base import Params, VariantSpace
 
-__all__ = ["STORAGE_TYPES", "check_dtype_layout", "CpuRowSpace"]
+__all__ = [
+    "STORAGE_TYPES",
+    "check_dtype_layout",
+    "smallest_covering",
+    "CpuFusedSpace",
+    "CpuRowSpace",
+]
 
 #: storage dtype -> the C++ type kernel_templates/cpu/_harness.h stores it as
 STORAGE_TYPES: dict[str, str] = {"f32": "float", "f16": "_Float16", "bf16": "th::bf16_t"}
@@ -25,6 +33,39 @@ def check_dtype_layout(op: str, dtype: str, layout: str, layouts: tuple[str, ...
         raise InvalidRequestError("dtype", f"cpu {op} supports {supported}, not {dtype!r}")
     if layout not in layouts:
         raise InvalidRequestError("layout", f"cpu {op} supports {list(layouts)}, not {layout!r}")
+
+
+def smallest_covering(options: tuple[int, ...], size: int) -> int | None:
+    """The smallest option >= size (larger blocks run the very same loop trip counts, so
+    variants above it behave exactly like it), if any."""
+    covering = [o for o in options if o >= size]
+    return min(covering) if covering else None
+
+
+class CpuFusedSpace(VariantSpace):
+    """A CPU space of plain variants, each also once per fused epilogue (``tuner.epilogues``),
+    compiled with contracted multiply-adds. Subclasses list the plain ones in ``_plain``."""
+
+    backend = "cpu"
+    #: the fused epilogues this op's templates take
+    epilogues: tuple[str, ...]
+    #: the template of a variant with a fused epilogue (the plain one plus bias + activation)
+    fused_template: str
+
+    def enumerate(self, dtype: str, layout: str, arch: str) -> Iterator[Params]:
+        """Every plain variant, then each once per fused epilogue (``tuner.epilogues``)."""
+        return with_epilogues(self._plain(dtype, layout, arch), self.epilogues)
+
+    @abstractmethod
+    def _plain(self, dtype: str, layout: str, arch: str) -> Iterator[Params]:
+        """Every variant without an epilogue, in a stable order."""
+
+    def template_for(self, params: Params) -> str:
+        return self.template if params_epilogue(params) == NONE else self.fused_template
+
+    def flags(self, params: Params, arch: str) -> tuple[str, ...]:
+        # fuse multiply-adds even under -std=c++17 (ISO mode turns contraction off)
+        return ("-ffp-contract=fast",)
 
 
 class CpuRowSpace(VariantSpace):
