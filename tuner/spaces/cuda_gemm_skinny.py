@@ -22,7 +22,17 @@ from typing import Any
 from tuner.problems import GemmProblem
 from tuner.spaces.base import Params
 
-__all__ = ["FAMILY", "TEMPLATE", "MAX_M", "HEAD_MAX_M", "skinny_params", "prune", "order", "name"]
+__all__ = [
+    "FAMILY",
+    "TEMPLATE",
+    "MAX_M",
+    "HEAD_MAX_M",
+    "skinny_params",
+    "prune",
+    "order",
+    "name",
+    "k_cut_name",
+]
 
 FAMILY = "skinny"
 TEMPLATE = "cuda/gemm_skinny.cu.j2"
@@ -118,13 +128,14 @@ def order(candidates: list[Params], problem: GemmProblem) -> list[Params]:
 
 
 def name(params: Params, dtype: str, layout: str) -> str:
-    parts = [
-        f"gemm_{dtype}_{layout}_skinny_m{params['m_tile']}",
-        f"p{params['pack']}",
-        f"l{params['lanes']}",
-        f"w{params['warps']}",
-        f"u{params['unroll']}",
-    ]
+    head = f"gemm_{dtype}_{layout}_skinny_m{params['m_tile']}"
+    return k_cut_name([head, f"p{params['pack']}", f"l{params['lanes']}"], params)
+
+
+def k_cut_name(parts: list[str], params: Params) -> str:
+    """A decode variant's name (skinny, swapab): ``parts``, its warps and unroll, then its K
+    slices (``s``) and split-K parts (``sk``) where it has more than one, joined by ``_``."""
+    parts = [*parts, f"w{params['warps']}", f"u{params['unroll']}"]
     if params["slices"] > 1:
         parts.append(f"s{params['slices']}")
     if params["splits"] > 1:

@@ -24,6 +24,7 @@ from typing import Any
 
 from tuner.problems import GemmProblem
 from tuner.spaces.base import Params
+from tuner.spaces.cuda_gemm_skinny import k_cut_name
 
 __all__ = [
     "FAMILY",
@@ -158,14 +159,5 @@ def order(candidates: list[Params], problem: GemmProblem) -> list[Params]:
 
 
 def name(params: Params, dtype: str, layout: str) -> str:
-    parts = [
-        f"gemm_{dtype}_{layout}_swapab_m{params['m_tile']}",
-        f"t{params['w_tiles']}",
-        f"w{params['warps']}",
-        f"u{params['unroll']}",
-    ]
-    if params["slices"] > 1:
-        parts.append(f"s{params['slices']}")
-    if params["splits"] > 1:
-        parts.append(f"sk{params['splits']}")
-    return "_".join(parts)
+    head = f"gemm_{dtype}_{layout}_swapab_m{params['m_tile']}"
+    return k_cut_name([head, f"t{params['w_tiles']}"], params)
