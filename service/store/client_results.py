@@ -23,7 +23,15 @@ from service.schemas.client_results import (
     ClientResultsOut,
     canonical_key,
 )
-from service.store.keys import device_out, device_row, insert_ignore, toolchain_out, toolchain_row
+from service.store.keys import (
+    columns,
+    device_out,
+    device_row,
+    insert_ignore,
+    locked_row,
+    toolchain_out,
+    toolchain_row,
+)
 from service.store.lookup import find_devices
 from service.store.models import (
     ClientBestConfig,
@@ -42,15 +50,11 @@ log = logging.getLogger(__name__)
 def client_best_out(
     measurement: ClientMeasurement, device: Device, toolchain: Toolchain
 ) -> ClientBestOut:
+    named = columns(measurement, "op", "kernel_name", "key", "config_name", "params")
+    timing = columns(measurement, "median_us", "p20_us", "p80_us")
     return ClientBestOut(
-        op=measurement.op,
-        kernel_name=measurement.kernel_name,
-        key=measurement.key,
-        config_name=measurement.config_name,
-        params=measurement.params,
-        median_us=measurement.median_us,
-        p20_us=measurement.p20_us,
-        p80_us=measurement.p80_us,
+        **named,
+        **timing,
         device=device_out(device),
         toolchain=toolchain_out(toolchain),
         measured_at=measurement.created_at,
@@ -77,10 +81,7 @@ def _upsert(session: Session, candidate: ClientMeasurement) -> str:
     now = utcnow()
     row = {**key, "measurement_id": candidate.id, "created_at": now, "updated_at": now}
     insert_ignore(session, ClientBestConfig, [row])
-    query = select(ClientBestConfig).filter_by(**key)
-    if session.get_bind().dialect.name == "postgresql":
-        query = query.with_for_update()
-    best = session.scalars(query.execution_options(populate_existing=True)).one()
+    best = locked_row(session, ClientBestConfig, key)
     if best.measurement_id == candidate.id:
         return "inserted"
     current = session.get(ClientMeasurement, best.measurement_id)

@@ -24,7 +24,7 @@ from service.schemas.jobs import (
     ProblemStatus,
     WinnerSummary,
 )
-from service.store.keys import same_best_key
+from service.store.keys import columns, same_best_key
 from service.store.models import ApiToken, BestConfig, Device, Job, Measurement, Task, Variant
 from service.store.queue import live_worker_devices, waiting_for
 from service.store.validation import parse_problem
@@ -99,21 +99,10 @@ def _summary(
 ) -> JobSummary:
     finished = sum(task.status in FINISHED_STATUSES for task in tasks)
     return JobSummary(
-        id=job.id,
-        status=job.status,
-        op=job.op,
-        dtype=job.dtype,
-        layout=job.layout,
-        device=job.device,
-        strategy=job.strategy,
+        **columns(job, "id", "status", "op", "dtype", "layout", "device", "strategy"),
+        **columns(job, "objective", "seed", "confirm", "created_at", "updated_at", "error"),
         budget=BudgetOut.model_validate(job.budget),
-        objective=job.objective,
-        seed=job.seed,
-        confirm=job.confirm,
         submitted_by=_owner_name(session, job),
-        created_at=job.created_at,
-        updated_at=job.updated_at,
-        error=job.error,
         total_tasks=len(tasks),
         progress=JobProgress(
             tasks_done=finished,

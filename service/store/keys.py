@@ -29,6 +29,8 @@ __all__ = [
     "same_best_key",
     "device_out",
     "toolchain_out",
+    "columns",
+    "locked_row",
 ]
 
 
@@ -123,16 +125,8 @@ def same_best_key(model: type[Any], row: Any) -> list[ColumnElement[bool]]:
 
 def device_out(device: Device) -> DeviceOut:
     """A device row as the answers name it (with its key)."""
-    return DeviceOut(
-        backend=device.backend,
-        name=device.name,
-        arch=device.arch,
-        sm_count=device.sm_count,
-        driver=device.driver,
-        runtime=device.runtime,
-        memory_bytes=device.memory_bytes,
-        key=device.key(),
-    )
+    described = columns(device, "backend", "name", "arch", "sm_count", "driver", "runtime")
+    return DeviceOut(**described, memory_bytes=device.memory_bytes, key=device.key())
 
 
 def toolchain_out(toolchain: Toolchain) -> ToolchainOut:
@@ -143,3 +137,17 @@ def toolchain_out(toolchain: Toolchain) -> ToolchainOut:
         libraries=dict(toolchain.libraries or {}),
         key=toolchain.key,
     )
+
+
+def columns(row: object, *names: str) -> dict[str, Any]:
+    """``row``'s attributes ``names``, by name: a row's columns as an answer's fields."""
+    return {name: getattr(row, name) for name in names}
+
+
+def locked_row(session: Session, model: type[Any], key: dict[str, Any]) -> Any:
+    """The one row of ``model`` with ``key``, read afresh and, on PostgreSQL, locked for the
+    rest of the transaction (SQLite serializes writers)."""
+    query = select(model).filter_by(**key)
+    if session.get_bind().dialect.name == "postgresql":
+        query = query.with_for_update()
+    return session.scalars(query.execution_options(populate_existing=True)).one()
