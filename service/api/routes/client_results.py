@@ -17,6 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from service.api.caching import conditional
 from service.api.deps import SessionDep, require_read, require_scope
+from service.api.openapi import described
 from service.errors import InvalidInput
 from service.schemas.client_results import (
     CLIENT_OP_PATTERN,
@@ -63,10 +64,12 @@ def _parse_key(text: str) -> dict[str, Any]:
     "/v1/client-configs/best",
     response_model=ClientBestOut,
     dependencies=[Depends(require_read)],
-    responses={
-        304: {"description": "unchanged since the ETag sent in If-None-Match"},
-        404: {"description": "no client-measured config for this key"},
-    },  # fmt: skip
+    responses=described(
+        {
+            304: "unchanged since the ETag sent in If-None-Match",
+            404: "no client-measured config for this key",
+        }
+    ),
 )
 def client_best(
     request: Request,

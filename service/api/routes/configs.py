@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.api.caching import conditional, etag_of
 from service.api.deps import SessionDep, require_read, require_read_async, require_scope
+from service.api.openapi import described
 from service.errors import InvalidInput, RequestError
 from service.schemas.common import BackendName, DType, Op, SafeStr
 from service.schemas.configs import (
@@ -51,10 +52,12 @@ def _lookup(maker: sessionmaker[Session], query: LookupQuery) -> bytes:
     "/v1/configs/best",
     response_model=BestConfigOut,
     dependencies=[Depends(require_read_async)],
-    responses={
-        304: {"description": "the answer has not changed since the ETag in If-None-Match"},
-        404: {"description": "not tuned yet, and no tuned problem near it"},
-    },
+    responses=described(
+        {
+            304: "the answer has not changed since the ETag in If-None-Match",
+            404: "not tuned yet, and no tuned problem near it",
+        }
+    ),
 )
 async def best_config(
     request: Request,
