@@ -4,8 +4,9 @@ winner's artifact for the device's arch, read in one statement)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Row
 
@@ -15,6 +16,8 @@ from service.schemas.configs import BestConfigOut
 from service.store.artifacts import artifact_ref
 
 __all__ = ["AnswerParts", "best_answer"]
+
+_Part = TypeVar("_Part")
 
 
 @dataclass
@@ -26,10 +29,19 @@ class AnswerParts:
     toolchains: dict[int, ToolchainOut] = field(default_factory=dict)
 
 
-def _device(row: Row[Any], seen: AnswerParts) -> DeviceOut:
-    found = seen.devices.get(row.device_id)
+def _once(built: dict[int, _Part], stored_id: int, build: Callable[[], _Part]) -> _Part:
+    """The part built for ``stored_id`` so far, else ``build()`` (kept for the next rows)."""
+    found = built.get(stored_id)
     if found is None:
-        found = seen.devices[row.device_id] = DeviceOut(
+        found = built[stored_id] = build()
+    return found
+
+
+def _device(row: Row[Any], seen: AnswerParts) -> DeviceOut:
+    return _once(
+        seen.devices,
+        row.device_id,
+        lambda: DeviceOut(
             backend=row.backend,
             name=row.device_name,
             arch=row.arch,
@@ -38,20 +50,21 @@ def _device(row: Row[Any], seen: AnswerParts) -> DeviceOut:
             runtime=row.runtime,
             memory_bytes=row.memory_bytes,
             key=f"{row.backend}:{row.device_name}:{row.arch}:{row.sm_count}",  # Device.key
-        )
-    return found
+        ),
+    )
 
 
 def _toolchain(row: Row[Any], seen: AnswerParts) -> ToolchainOut:
-    found = seen.toolchains.get(row.toolchain_id)
-    if found is None:
-        found = seen.toolchains[row.toolchain_id] = ToolchainOut(
+    return _once(
+        seen.toolchains,
+        row.toolchain_id,
+        lambda: ToolchainOut(
             compiler=row.compiler,
             template_version=row.template_version,
             libraries=dict(row.libraries or {}),
             key=row.toolchain_key,
-        )
-    return found
+        ),
+    )
 
 
 def best_answer(
