@@ -104,20 +104,12 @@ def store_client_results(
     rows = []
     for item in body.measurements:
         row = ClientMeasurement(
-            op=body.op,
-            kernel_name=body.kernel_name,
-            key=body.key,
+            **columns(body, "op", "kernel_name", "key", "provenance"),
+            **columns(item, "config_name", "params", "outcome", "log"),
+            **columns(item, "median_us", "p20_us", "p80_us"),
             key_text=key_text,
             device_id=device.id,
             toolchain_id=toolchain.id,
-            config_name=item.config_name,
-            params=item.params,
-            outcome=item.outcome,
-            median_us=item.median_us,
-            p20_us=item.p20_us,
-            p80_us=item.p80_us,
-            log=item.log,
-            provenance=body.provenance,
             token_id=token_id,
         )
         session.add(row)

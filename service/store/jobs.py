@@ -162,9 +162,7 @@ def winner_summary(
         variant_id=variant.id,
         variant_name=variant.name,
         params=variant.params,
-        median_us=measurement.median_us,
-        throughput=measurement.throughput,
-        throughput_unit=measurement.throughput_unit,
+        **columns(measurement, "median_us", "throughput", "throughput_unit"),
     )
     if task is None:
         return summary
