@@ -21,8 +21,9 @@ from typing import Literal
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.store.keys import best_key, insert_ignore, locked_row
+from service.store.keys import best_key, insert_ignore
 from service.store.models import BestConfig, Job, Measurement, Task, Variant, utcnow
+from service.store.rows import locked_row
 from tuner import winner as winner_rule
 
 __all__ = [

@@ -14,6 +14,7 @@ from service.schemas.artifacts import ArtifactRef
 from service.schemas.common import DeviceOut, ToolchainOut
 from service.schemas.configs import BestConfigOut
 from service.store.artifacts import artifact_ref
+from service.store.rows import columns
 
 __all__ = ["AnswerParts", "best_answer"]
 
@@ -42,13 +43,8 @@ def _device(row: Row[Any], seen: AnswerParts) -> DeviceOut:
         seen.devices,
         row.device_id,
         lambda: DeviceOut(
-            backend=row.backend,
+            **columns(row, "backend", "arch", "sm_count", "driver", "runtime", "memory_bytes"),
             name=row.device_name,
-            arch=row.arch,
-            sm_count=row.sm_count,
-            driver=row.driver,
-            runtime=row.runtime,
-            memory_bytes=row.memory_bytes,
             key=f"{row.backend}:{row.device_name}:{row.arch}:{row.sm_count}",  # Device.key
         ),
     )
@@ -59,8 +55,7 @@ def _toolchain(row: Row[Any], seen: AnswerParts) -> ToolchainOut:
         seen.toolchains,
         row.toolchain_id,
         lambda: ToolchainOut(
-            compiler=row.compiler,
-            template_version=row.template_version,
+            **columns(row, "compiler", "template_version"),
             libraries=dict(row.libraries or {}),
             key=row.toolchain_key,
         ),
@@ -86,18 +81,10 @@ def best_answer(
         tuned_problem=row.problem,
         exact=exact,
         distance=round(distance, 6),
-        variant_id=row.variant_id,
-        variant_name=row.variant_name,
-        params=row.params,
-        median_us=row.median_us,
-        p20_us=row.p20_us,
-        p80_us=row.p80_us,
-        throughput=row.throughput,
-        throughput_unit=row.throughput_unit,
+        **columns(row, "variant_id", "variant_name", "params", "measured_at", "confirmed"),
+        **columns(row, "median_us", "p20_us", "p80_us", "throughput", "throughput_unit"),
         device=_device(row, seen),
         toolchain=_toolchain(row, seen),
-        measured_at=row.measured_at,
-        confirmed=row.confirmed,
         tie_set=list(row.tie_set or [row.variant_name]),
         complete=row.unmeasured == 0,
         unmeasured=row.unmeasured,

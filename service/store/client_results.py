@@ -23,15 +23,7 @@ from service.schemas.client_results import (
     ClientResultsOut,
     canonical_key,
 )
-from service.store.keys import (
-    columns,
-    device_out,
-    device_row,
-    insert_ignore,
-    locked_row,
-    toolchain_out,
-    toolchain_row,
-)
+from service.store.keys import device_out, device_row, insert_ignore, toolchain_out, toolchain_row
 from service.store.lookup import find_devices
 from service.store.models import (
     ClientBestConfig,
@@ -40,6 +32,7 @@ from service.store.models import (
     Toolchain,
     utcnow,
 )
+from service.store.rows import columns, locked_row
 from tuner import winner as winner_rule
 
 __all__ = ["store_client_results", "find_client_best", "client_best_out"]

@@ -24,9 +24,10 @@ from service.schemas.jobs import (
     ProblemStatus,
     WinnerSummary,
 )
-from service.store.keys import columns, same_best_key
+from service.store.keys import same_best_key
 from service.store.models import ApiToken, BestConfig, Device, Job, Measurement, Task, Variant
 from service.store.queue import live_worker_devices, waiting_for
+from service.store.rows import columns
 from service.store.validation import parse_problem
 from tuner.problems import Problem
 

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from service.schemas.common import DeviceOut, ToolchainOut
 from service.store.models import BEST_CONFIG_KEY, Device, Toolchain, Variant
+from service.store.rows import columns
 from tuner.types import Toolchain as ToolchainKey
 
 #: rows per INSERT, well under SQLite's bound-parameter limit
@@ -29,8 +30,6 @@ __all__ = [
     "same_best_key",
     "device_out",
     "toolchain_out",
-    "columns",
-    "locked_row",
 ]
 
 
@@ -137,17 +136,3 @@ def toolchain_out(toolchain: Toolchain) -> ToolchainOut:
         libraries=dict(toolchain.libraries or {}),
         key=toolchain.key,
     )
-
-
-def columns(row: object, *names: str) -> dict[str, Any]:
-    """``row``'s attributes ``names``, by name: a row's columns as an answer's fields."""
-    return {name: getattr(row, name) for name in names}
-
-
-def locked_row(session: Session, model: type[Any], key: dict[str, Any]) -> Any:
-    """The one row of ``model`` with ``key``, read afresh and, on PostgreSQL, locked for the
-    rest of the transaction (SQLite serializes writers)."""
-    query = select(model).filter_by(**key)
-    if session.get_bind().dialect.name == "postgresql":
-        query = query.with_for_update()
-    return session.scalars(query.execution_options(populate_existing=True)).one()

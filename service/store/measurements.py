@@ -7,8 +7,9 @@ from sqlalchemy import Select, select
 
 from service.schemas.configs import MeasurementOut
 from service.schemas.measurement import MEASURED_FIELDS
-from service.store.keys import columns, device_out, toolchain_out
+from service.store.keys import device_out, toolchain_out
 from service.store.models import BestConfig, Device, Measurement, Toolchain, Variant
+from service.store.rows import columns
 
 __all__ = ["measurement_out", "joined_best"]
 
@@ -21,11 +22,10 @@ def measurement_out(
         variant_id=variant.id,
         variant_name=variant.name,
         params=variant.params,
-        outcome=measurement.outcome,
-        **columns(measurement, *MEASURED_FIELDS, "log", "provenance", "suspect"),
+        **columns(measurement, "outcome", *MEASURED_FIELDS, "log", "provenance", "suspect"),
+        **columns(measurement, "created_at"),
         device=device_out(device),
         toolchain=toolchain_out(toolchain),
-        created_at=measurement.created_at,
     )
 
 
