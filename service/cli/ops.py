@@ -137,34 +137,11 @@ def run_tune(
 
 
 def _tune_command(
-    op: str,
-    dims: dict[str, Any],
-    *,
-    dtype: str,
-    layout: str | None,
-    backend: str,
-    strategy: str,
-    max_variants: int | None,
-    max_seconds: float | None,
-    seed: int,
-    objective: str,
-    server: str | None,
-    token: str | None,
+    op: str, dims: dict[str, Any], *, server: str | None, token: str | None, **search: Any
 ) -> None:
+    """``search``: the dtype, layout and search options, named as ``run_tune`` takes them."""
     with make_client(server, token) as client:
-        code = run_tune(
-            client,
-            op=op,
-            dims=dims,
-            dtype=dtype,
-            layout=layout,
-            backend=backend,
-            strategy=strategy,
-            max_variants=max_variants,
-            max_seconds=max_seconds,
-            seed=seed,
-            objective=objective,
-        )
+        code = run_tune(client, op=op, dims=dims, **search)
     raise typer.Exit(code)
 
 
