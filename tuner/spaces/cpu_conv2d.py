@@ -13,13 +13,7 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-from tuner.epilogues import (
-    CONV2D_EPILOGUES,
-    NONE,
-    activation_of,
-    name_suffix,
-    params_epilogue,
-)
+from tuner.epilogues import CONV2D_EPILOGUES, NONE, activation_of, name_suffix, params_epilogue
 from tuner.problems import Conv2dProblem, Problem
 from tuner.spaces.base import Params
 from tuner.spaces.cpu_common import (

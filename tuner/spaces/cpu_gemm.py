@@ -12,12 +12,7 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-from tuner.epilogues import (
-    GEMM_EPILOGUES,
-    NONE,
-    name_suffix,
-    params_epilogue,
-)
+from tuner.epilogues import GEMM_EPILOGUES, NONE, name_suffix, params_epilogue
 from tuner.problems import GemmProblem, Problem
 from tuner.spaces._gemm_epilogues import epilogue_context
 from tuner.spaces.base import Params

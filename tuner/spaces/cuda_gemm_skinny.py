@@ -22,17 +22,7 @@ from typing import Any
 from tuner.problems import GemmProblem
 from tuner.spaces.base import Params
 
-__all__ = [
-    "FAMILY",
-    "TEMPLATE",
-    "MAX_M",
-    "HEAD_MAX_M",
-    "skinny_params",
-    "prune",
-    "order",
-    "name",
-    "k_cut_name",
-]
+__all__ = ["FAMILY", "TEMPLATE", "MAX_M", "HEAD_MAX_M", "skinny_params", "prune", "order", "name"]
 
 FAMILY = "skinny"
 TEMPLATE = "cuda/gemm_skinny.cu.j2"

@@ -28,11 +28,10 @@ from tuner.spaces.cuda_rows import (
     lanes_per_row,
     mapping_label,
     mode_mappings,
-    packs_for,
     packs_per_lane,
     powers_of_two_up_to,
     prune_row_mapping,
-    rows_supported,
+    row_packs,
     widest_first,
 )
 
@@ -77,9 +76,7 @@ class CudaRmsNormSpace(VariantSpace):
     template = "cuda/rms_norm.cu.j2"
 
     def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
-        if not rows_supported(dtype, layout):
-            return
-        for pack in packs_for(dtype):
+        for pack in row_packs(dtype, layout):
             for params in mode_mappings(pack, MODES, arch):
                 if params["strategy"] != "cluster":
                     yield params

@@ -80,9 +80,9 @@ def row_mappings(arch: str) -> Iterator[tuple[str, int, int]]:
                 yield "cluster", ctas, threads
 
 
-def rows_supported(dtype: str, layout: str) -> bool:
-    """Whether the row spaces have variants for ``dtype`` in ``layout`` (row-major only)."""
-    return layout == "row" and dtype in CTYPES
+def row_packs(dtype: str, layout: str) -> tuple[int, ...]:
+    """The packs of the row spaces' variants for ``dtype`` in ``layout`` (none but row-major)."""
+    return packs_for(dtype) if layout == "row" and dtype in CTYPES else ()
 
 
 def mode_mappings(pack: int, modes: tuple[str, ...], arch: str) -> Iterator[Params]:

@@ -41,10 +41,9 @@ from tuner.spaces.cuda_rows import (
     lanes_per_row,
     mapping_label,
     mode_mappings,
-    packs_for,
     powers_of_two_up_to,
     prune_row_mapping,
-    rows_supported,
+    row_packs,
     split_rank,
     widest_first,
 )
@@ -146,9 +145,10 @@ class CudaSoftmaxSpace(VariantSpace):
     template = "cuda/softmax.cu.j2"
 
     def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
-        if not rows_supported(dtype, layout):
+        packs = row_packs(dtype, layout)
+        if not packs:
             return
-        for pack in packs_for(dtype):
+        for pack in packs:
             wide = pack * ELEMENT_SIZE[dtype] == 16
             for params in mode_mappings(pack, MODES, arch):
                 if _mode_fits(params["mode"], params["strategy"], int(params["threads"]), wide):
