@@ -25,13 +25,7 @@ from service.schemas.client_results import (
 )
 from service.store.keys import device_out, device_row, insert_ignore, toolchain_out, toolchain_row
 from service.store.lookup import find_devices
-from service.store.models import (
-    ClientBestConfig,
-    ClientMeasurement,
-    Device,
-    Toolchain,
-    utcnow,
-)
+from service.store.models import ClientBestConfig, ClientMeasurement, Device, Toolchain, utcnow
 from service.store.rows import columns, locked_row
 from tuner import winner as winner_rule
 

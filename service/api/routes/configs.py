@@ -23,6 +23,7 @@ from service.schemas.configs import (
 )
 from service.store.imports import import_lines
 from service.store.lookup import LookupQuery, find_best, find_best_many
+from service.store.rows import columns
 from service.store.transfer import export_lines
 from service.store.validation import check_dtype, check_layout, parse_problem, query_dims
 
@@ -35,16 +36,8 @@ _KNOWN_QUERY = {"op", "dtype", "layout", "device", "backend", "toolchain"}
 
 def _lookup(maker: sessionmaker[Session], query: LookupQuery) -> bytes:
     with maker() as session:
-        answer = find_best(
-            session,
-            op=query.op,
-            dtype=query.dtype,
-            layout=query.layout,
-            problem=query.problem,
-            device=query.device,
-            backend=query.backend,
-            toolchain=query.toolchain,
-        )
+        asked = columns(query, "op", "dtype", "layout", "problem", "device", "backend", "toolchain")
+        answer = find_best(session, **asked)
     return answer.model_dump_json().encode()
 
 
