@@ -3,7 +3,6 @@ row-wise spaces' enumeration and pruning (reduce, softmax, rms_norm)."""
 
 from __future__ import annotations
 
-import itertools
 import math
 from abc import abstractmethod
 from collections.abc import Iterator
@@ -12,7 +11,7 @@ from typing import Any
 from tuner.epilogues import NONE, params_epilogue, with_epilogues
 from tuner.errors import InvalidRequestError
 from tuner.problems import Problem
-from tuner.spaces.base import Params, VariantSpace
+from tuner.spaces.base import Params, VariantSpace, params_product
 
 __all__ = [
     "STORAGE_TYPES",
@@ -89,10 +88,7 @@ class CpuRowSpace(VariantSpace):
 
     def enumerate(self, dtype: str, layout: str, arch: str) -> Iterator[Params]:
         check_dtype_layout(self.op, dtype, layout, ("row",))
-        for values in itertools.product(*self.axes.values()):
-            params = dict(zip(self.axes, values, strict=True))
-            if self.step(params) <= self.max_step:
-                yield params
+        return params_product({}, self.axes, lambda params: self.step(params) <= self.max_step)
 
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
         if not isinstance(problem, self.problem_type):
