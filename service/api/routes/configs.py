@@ -11,7 +11,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from service.api.caching import conditional, etag_of
-from service.api.deps import SessionDep, require_read, require_read_async, require_scope
+from service.api.deps import (
+    DeviceQuery,
+    SessionDep,
+    ToolchainQuery,
+    require_read,
+    require_read_async,
+    require_scope,
+)
 from service.api.openapi import described
 from service.errors import InvalidInput, RequestError
 from service.schemas.common import BackendName, DType, Op, SafeStr
@@ -57,9 +64,9 @@ async def best_config(
     op: Op,
     dtype: DType,
     layout: Annotated[SafeStr | None, Query(max_length=16)] = None,
-    device: Annotated[SafeStr | None, Query(max_length=300)] = None,
+    device: DeviceQuery = None,
     backend: BackendName | None = None,
-    toolchain: Annotated[SafeStr | None, Query(max_length=1000)] = None,
+    toolchain: ToolchainQuery = None,
 ) -> Response:
     """The winner for a problem given as query dims (``m=&n=&k=``, ``kind=`` for reduce).
 
