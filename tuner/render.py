@@ -16,6 +16,7 @@ __all__ = [
     "template_environment",
     "template_version",
     "variant_id",
+    "parts_digest",
     "render_variant",
 ]
 
@@ -50,8 +51,13 @@ def variant_id(
 ) -> str:
     """The content id of a rendered variant: sha256 of its source, flags, compiler identity and
     template version (each followed by a NUL). The service recomputes it from a build record."""
+    return parts_digest(source, "\0".join(flags), compiler_identity, template_version)
+
+
+def parts_digest(*parts: str) -> str:
+    """sha256 hex of ``parts``, each followed by a NUL (the variant id's and cache keys' form)."""
     digest = hashlib.sha256()
-    for part in (source, "\0".join(flags), compiler_identity, template_version):
+    for part in parts:
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()

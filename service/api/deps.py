@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
+from service.schemas.common import SafeStr
 from service.settings import Settings
 from service.store.models import ApiToken
 from service.store.tokens import authenticate, has_scope
@@ -26,7 +27,14 @@ __all__ = [
     "check_read",
     "read_credentials",
     "bearer_credentials",
+    "DeviceQuery",
+    "ToolchainQuery",
 ]
+
+#: a query's device: its key or part of its name
+DeviceQuery = Annotated[SafeStr | None, Query(max_length=300)]
+#: a query's toolchain key
+ToolchainQuery = Annotated[SafeStr | None, Query(max_length=1000)]
 
 _bearer = HTTPBearer(auto_error=False, description="an API token: `Bearer th_...`")
 

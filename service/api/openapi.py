@@ -40,7 +40,14 @@ from tuner.problems import (
     ReduceKind,
 )
 
-__all__ = ["install_openapi", "allowed_methods", "api_routes", "problem_schema", "ERROR_SCHEMA"]
+__all__ = [
+    "install_openapi",
+    "allowed_methods",
+    "api_routes",
+    "problem_schema",
+    "ERROR_SCHEMA",
+    "described",
+]
 
 ERROR_SCHEMA: dict[str, Any] = {
     "title": "ErrorOut",
@@ -66,6 +73,11 @@ _DIM_QUERY_PATHS = ("/v1/configs/best", "/v1/measurements")
 #: the problems of a job (``JobCreate.problems``): the schema's home is here, beside the
 #: query dims, because the schemas import nothing of tuner (whose problems define the dims)
 _JOB_PROBLEMS = ("JobCreate", "problems")
+
+
+def described(answers: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """A route's ``responses``: each status with the text that says when it is answered."""
+    return {status: {"description": text} for status, text in answers.items()}
 
 
 def _dim_schema(name: str) -> dict[str, Any]:

@@ -137,34 +137,11 @@ def run_tune(
 
 
 def _tune_command(
-    op: str,
-    dims: dict[str, Any],
-    *,
-    dtype: str,
-    layout: str | None,
-    backend: str,
-    strategy: str,
-    max_variants: int | None,
-    max_seconds: float | None,
-    seed: int,
-    objective: str,
-    server: str | None,
-    token: str | None,
+    op: str, dims: dict[str, Any], *, server: str | None, token: str | None, **search: Any
 ) -> None:
+    """``search``: the dtype, layout and search options, named as ``run_tune`` takes them."""
     with make_client(server, token) as client:
-        code = run_tune(
-            client,
-            op=op,
-            dims=dims,
-            dtype=dtype,
-            layout=layout,
-            backend=backend,
-            strategy=strategy,
-            max_variants=max_variants,
-            max_seconds=max_seconds,
-            seed=seed,
-            objective=objective,
-        )
+        code = run_tune(client, op=op, dims=dims, **search)
     raise typer.Exit(code)
 
 
@@ -306,37 +283,37 @@ _TokensOpt = Annotated[
 ]
 _SkewOpt = Annotated[int, typer.Option(help="Max tokens of an expert / mean: 1, 2, 4 or 8.")]
 
+
+def _dims(*names: str) -> tuple[tuple[str, Any, Any], ...]:
+    """Required dim options, in this order."""
+    return tuple((name, DimOpt, _REQUIRED) for name in names)
+
+
 #: each op's own options, in the order --help lists them: (name, annotation, default); all
 #: are dims of the problem except ``layout``
 _OP_OPTIONS: dict[str, tuple[tuple[str, Any, Any], ...]] = {
-    "reduce": (("m", DimOpt, _REQUIRED), ("k", DimOpt, _REQUIRED), ("kind", _KindOpt, "sum")),
-    "softmax": (("m", DimOpt, _REQUIRED), ("k", DimOpt, _REQUIRED)),
-    "rms_norm": (("m", DimOpt, _REQUIRED), ("k", DimOpt, _REQUIRED)),
+    "reduce": (*_dims("m", "k"), ("kind", _KindOpt, "sum")),
+    "softmax": _dims("m", "k"),
+    "rms_norm": _dims("m", "k"),
     "gemm": (
-        ("m", DimOpt, _REQUIRED),
-        ("n", DimOpt, _REQUIRED),
-        ("k", DimOpt, _REQUIRED),
+        *_dims("m", "n", "k"),
         ("layout", _LayoutOpt, "rcr"),
         ("epilogue", _EpilogueOpt, "none"),
     ),
     "conv2d": (
-        *((dim, DimOpt, _REQUIRED) for dim in ("n", "h", "w", "c", "k", "r", "s")),
+        *_dims("n", "h", "w", "c", "k", "r", "s"),
         ("stride", DimOpt, 1),
         ("pad", DimOpt, 0),
         ("dilation", DimOpt, 1),
         ("epilogue", _EpilogueOpt, "none"),
     ),
     "scaled_gemm": (
-        ("m", DimOpt, _REQUIRED),
-        ("n", DimOpt, _REQUIRED),
-        ("k", DimOpt, _REQUIRED),
+        *_dims("m", "n", "k"),
         ("out_dtype", _OutDTypeOpt, "bf16"),
         ("scaling", _ScalingOpt, "per_tensor"),
     ),
     "grouped_gemm": (
-        ("experts", DimOpt, _REQUIRED),
-        ("n", DimOpt, _REQUIRED),
-        ("k", DimOpt, _REQUIRED),
+        *_dims("experts", "n", "k"),
         ("tokens", _TokensOpt, _REQUIRED),
         ("skew", _SkewOpt, 1),
     ),

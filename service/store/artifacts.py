@@ -15,7 +15,9 @@ Nothing commits: the caller does.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -112,15 +114,7 @@ def store_build(
         variant_id=variant_id,
         name=variant.name,
         op=variant.op,
-        source=body.source,
-        flags=tuple(body.flags),
-        build_flags=tuple(body.build_flags),
-        compiler=body.compiler,
-        compiler_name=body.compiler_name,
-        template_version=body.template_version,
-        needs=tuple(body.needs),
-        link=tuple(body.link),
-        variant_source=body.variant_source,
+        **_build_fields(body, tuple),
     )
     problem = record_problem(record, device.backend)
     if problem is not None:
@@ -259,6 +253,22 @@ def artifact_by_sha(session: Session, sha256: str) -> Artifact:
     return row
 
 
+#: a build record's fields that a worker sends and the store keeps as they came
+_BUILD_VALUES = ("source", "variant_source", "compiler", "compiler_name", "template_version")
+#: ... and its sequences (tuples in ``tuner.types.BuildRecord``, lists on the wire)
+_BUILD_SEQUENCES = ("flags", "build_flags", "needs", "link")
+
+
+def _build_fields(
+    build: VariantBuildIn | VariantBuild, sequence: Callable[[Iterable[str]], Sequence[str]]
+) -> dict[str, Any]:
+    """The build record fields of an upload or a stored row, sequences made by ``sequence``."""
+    return {
+        **{field: getattr(build, field) for field in _BUILD_VALUES},
+        **{field: sequence(getattr(build, field)) for field in _BUILD_SEQUENCES},
+    }
+
+
 def build_out(session: Session, variant_id: str) -> VariantBuildOut:
     """The build record of a variant; NotFound when absent."""
     found = session.execute(
@@ -278,14 +288,6 @@ def build_out(session: Session, variant_id: str) -> VariantBuildOut:
         variant_id=variant.id,
         name=variant.name,
         op=variant.op,
-        source=build.source,
-        variant_source=build.variant_source,
-        flags=list(build.flags),
-        build_flags=list(build.build_flags),
-        compiler=build.compiler,
-        compiler_name=build.compiler_name,
-        template_version=build.template_version,
-        needs=list(build.needs),
-        link=list(build.link),
+        **_build_fields(build, list),
         created_at=build.created_at,
     )

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from service.store.keys import best_key, insert_ignore
 from service.store.models import BestConfig, Job, Measurement, Task, Variant, utcnow
+from service.store.rows import locked_row
 from tuner import winner as winner_rule
 
 __all__ = [
@@ -140,10 +141,7 @@ def upsert_best(
         row = {**key, "problem": candidate.problem, "measurement_id": candidate.id}
         row |= {"tie_set": names or None, "unmeasured": unmeasured}
         insert_ignore(session, BestConfig, [{**row, "created_at": now, "updated_at": now}])
-    query = select(BestConfig).filter_by(**key)
-    if session.get_bind().dialect.name == "postgresql":
-        query = query.with_for_update()
-    best = session.scalars(query.execution_options(populate_existing=True)).one()
+    best = locked_row(session, BestConfig, key)
     if best.measurement_id == candidate.id:
         return "inserted"
     best.unmeasured = min(best.unmeasured, unmeasured)

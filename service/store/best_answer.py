@@ -4,8 +4,9 @@ winner's artifact for the device's arch, read in one statement)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Row
 
@@ -13,8 +14,11 @@ from service.schemas.artifacts import ArtifactRef
 from service.schemas.common import DeviceOut, ToolchainOut
 from service.schemas.configs import BestConfigOut
 from service.store.artifacts import artifact_ref
+from service.store.rows import columns
 
 __all__ = ["AnswerParts", "best_answer"]
+
+_Part = TypeVar("_Part")
 
 
 @dataclass
@@ -26,32 +30,36 @@ class AnswerParts:
     toolchains: dict[int, ToolchainOut] = field(default_factory=dict)
 
 
-def _device(row: Row[Any], seen: AnswerParts) -> DeviceOut:
-    found = seen.devices.get(row.device_id)
+def _once(built: dict[int, _Part], stored_id: int, build: Callable[[], _Part]) -> _Part:
+    """The part built for ``stored_id`` so far, else ``build()`` (kept for the next rows)."""
+    found = built.get(stored_id)
     if found is None:
-        found = seen.devices[row.device_id] = DeviceOut(
-            backend=row.backend,
-            name=row.device_name,
-            arch=row.arch,
-            sm_count=row.sm_count,
-            driver=row.driver,
-            runtime=row.runtime,
-            memory_bytes=row.memory_bytes,
-            key=f"{row.backend}:{row.device_name}:{row.arch}:{row.sm_count}",  # Device.key
-        )
+        found = built[stored_id] = build()
     return found
+
+
+def _device(row: Row[Any], seen: AnswerParts) -> DeviceOut:
+    return _once(
+        seen.devices,
+        row.device_id,
+        lambda: DeviceOut(
+            **columns(row, "backend", "arch", "sm_count", "driver", "runtime", "memory_bytes"),
+            name=row.device_name,
+            key=f"{row.backend}:{row.device_name}:{row.arch}:{row.sm_count}",  # Device.key
+        ),
+    )
 
 
 def _toolchain(row: Row[Any], seen: AnswerParts) -> ToolchainOut:
-    found = seen.toolchains.get(row.toolchain_id)
-    if found is None:
-        found = seen.toolchains[row.toolchain_id] = ToolchainOut(
-            compiler=row.compiler,
-            template_version=row.template_version,
+    return _once(
+        seen.toolchains,
+        row.toolchain_id,
+        lambda: ToolchainOut(
+            **columns(row, "compiler", "template_version"),
             libraries=dict(row.libraries or {}),
             key=row.toolchain_key,
-        )
-    return found
+        ),
+    )
 
 
 def best_answer(
@@ -73,18 +81,10 @@ def best_answer(
         tuned_problem=row.problem,
         exact=exact,
         distance=round(distance, 6),
-        variant_id=row.variant_id,
-        variant_name=row.variant_name,
-        params=row.params,
-        median_us=row.median_us,
-        p20_us=row.p20_us,
-        p80_us=row.p80_us,
-        throughput=row.throughput,
-        throughput_unit=row.throughput_unit,
+        **columns(row, "variant_id", "variant_name", "params", "measured_at", "confirmed"),
+        **columns(row, "median_us", "p20_us", "p80_us", "throughput", "throughput_unit"),
         device=_device(row, seen),
         toolchain=_toolchain(row, seen),
-        measured_at=row.measured_at,
-        confirmed=row.confirmed,
         tie_set=list(row.tie_set or [row.variant_name]),
         complete=row.unmeasured == 0,
         unmeasured=row.unmeasured,

@@ -25,13 +25,8 @@ from service.schemas.client_results import (
 )
 from service.store.keys import device_out, device_row, insert_ignore, toolchain_out, toolchain_row
 from service.store.lookup import find_devices
-from service.store.models import (
-    ClientBestConfig,
-    ClientMeasurement,
-    Device,
-    Toolchain,
-    utcnow,
-)
+from service.store.models import ClientBestConfig, ClientMeasurement, Device, Toolchain, utcnow
+from service.store.rows import columns, locked_row
 from tuner import winner as winner_rule
 
 __all__ = ["store_client_results", "find_client_best", "client_best_out"]
@@ -42,15 +37,11 @@ log = logging.getLogger(__name__)
 def client_best_out(
     measurement: ClientMeasurement, device: Device, toolchain: Toolchain
 ) -> ClientBestOut:
+    named = columns(measurement, "op", "kernel_name", "key", "config_name", "params")
+    timing = columns(measurement, "median_us", "p20_us", "p80_us")
     return ClientBestOut(
-        op=measurement.op,
-        kernel_name=measurement.kernel_name,
-        key=measurement.key,
-        config_name=measurement.config_name,
-        params=measurement.params,
-        median_us=measurement.median_us,
-        p20_us=measurement.p20_us,
-        p80_us=measurement.p80_us,
+        **named,
+        **timing,
         device=device_out(device),
         toolchain=toolchain_out(toolchain),
         measured_at=measurement.created_at,
@@ -77,10 +68,7 @@ def _upsert(session: Session, candidate: ClientMeasurement) -> str:
     now = utcnow()
     row = {**key, "measurement_id": candidate.id, "created_at": now, "updated_at": now}
     insert_ignore(session, ClientBestConfig, [row])
-    query = select(ClientBestConfig).filter_by(**key)
-    if session.get_bind().dialect.name == "postgresql":
-        query = query.with_for_update()
-    best = session.scalars(query.execution_options(populate_existing=True)).one()
+    best = locked_row(session, ClientBestConfig, key)
     if best.measurement_id == candidate.id:
         return "inserted"
     current = session.get(ClientMeasurement, best.measurement_id)
@@ -103,20 +91,12 @@ def store_client_results(
     rows = []
     for item in body.measurements:
         row = ClientMeasurement(
-            op=body.op,
-            kernel_name=body.kernel_name,
-            key=body.key,
+            **columns(body, "op", "kernel_name", "key", "provenance"),
+            **columns(item, "config_name", "params", "outcome", "log"),
+            **columns(item, "median_us", "p20_us", "p80_us"),
             key_text=key_text,
             device_id=device.id,
             toolchain_id=toolchain.id,
-            config_name=item.config_name,
-            params=item.params,
-            outcome=item.outcome,
-            median_us=item.median_us,
-            p20_us=item.p20_us,
-            p80_us=item.p80_us,
-            log=item.log,
-            provenance=body.provenance,
             token_id=token_id,
         )
         session.add(row)

@@ -50,6 +50,7 @@ from service.store.models import (
     WorkerDevice,
     utcnow,
 )
+from service.store.rows import columns
 from tuner import winner as winner_rule
 
 __all__ = [
@@ -166,9 +167,7 @@ def queue_confirmation(
         return None
     confirm = Task(
         job_id=job.id,
-        position=task.position,
-        problem=task.problem,
-        problem_key=task.problem_key,
+        **columns(task, "position", "problem", "problem_key"),
         confirm_of=task.id,
         confirm_device_id=winner.device_id,
     )

@@ -288,13 +288,4 @@ def import_lines(
         first, *rest = report.errors
         more = [(e.loc, e.msg) for e in rest]
         raise InvalidInput(first.loc, first.msg, more)
-    return ImportSummary(
-        records=report.records,
-        inserted=report.inserted,
-        replaced=report.replaced,
-        kept=report.kept,
-        held=report.held,
-        duplicates=report.duplicates,
-        refused=report.refused,
-        errors=report.errors,
-    )
+    return ImportSummary.model_validate(report, from_attributes=True)

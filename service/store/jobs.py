@@ -27,6 +27,7 @@ from service.schemas.jobs import (
 from service.store.keys import same_best_key
 from service.store.models import ApiToken, BestConfig, Device, Job, Measurement, Task, Variant
 from service.store.queue import live_worker_devices, waiting_for
+from service.store.rows import columns
 from service.store.validation import parse_problem
 from tuner.problems import Problem
 
@@ -99,21 +100,10 @@ def _summary(
 ) -> JobSummary:
     finished = sum(task.status in FINISHED_STATUSES for task in tasks)
     return JobSummary(
-        id=job.id,
-        status=job.status,
-        op=job.op,
-        dtype=job.dtype,
-        layout=job.layout,
-        device=job.device,
-        strategy=job.strategy,
+        **columns(job, "id", "status", "op", "dtype", "layout", "device", "strategy"),
+        **columns(job, "objective", "seed", "confirm", "created_at", "updated_at", "error"),
         budget=BudgetOut.model_validate(job.budget),
-        objective=job.objective,
-        seed=job.seed,
-        confirm=job.confirm,
         submitted_by=_owner_name(session, job),
-        created_at=job.created_at,
-        updated_at=job.updated_at,
-        error=job.error,
         total_tasks=len(tasks),
         progress=JobProgress(
             tasks_done=finished,
@@ -173,9 +163,7 @@ def winner_summary(
         variant_id=variant.id,
         variant_name=variant.name,
         params=variant.params,
-        median_us=measurement.median_us,
-        throughput=measurement.throughput,
-        throughput_unit=measurement.throughput_unit,
+        **columns(measurement, "median_us", "throughput", "throughput_unit"),
     )
     if task is None:
         return summary

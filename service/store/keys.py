@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from service.schemas.common import DeviceOut, ToolchainOut
 from service.store.models import BEST_CONFIG_KEY, Device, Toolchain, Variant
+from service.store.rows import columns
 from tuner.types import Toolchain as ToolchainKey
 
 #: rows per INSERT, well under SQLite's bound-parameter limit
@@ -123,16 +124,8 @@ def same_best_key(model: type[Any], row: Any) -> list[ColumnElement[bool]]:
 
 def device_out(device: Device) -> DeviceOut:
     """A device row as the answers name it (with its key)."""
-    return DeviceOut(
-        backend=device.backend,
-        name=device.name,
-        arch=device.arch,
-        sm_count=device.sm_count,
-        driver=device.driver,
-        runtime=device.runtime,
-        memory_bytes=device.memory_bytes,
-        key=device.key(),
-    )
+    described = columns(device, "backend", "name", "arch", "sm_count", "driver", "runtime")
+    return DeviceOut(**described, memory_bytes=device.memory_bytes, key=device.key())
 
 
 def toolchain_out(toolchain: Toolchain) -> ToolchainOut:

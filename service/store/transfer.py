@@ -22,7 +22,6 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.schemas.common import (
@@ -38,7 +37,8 @@ from service.schemas.common import (
 from service.schemas.measurement import MEASURED_FIELDS, MeasuredValues
 from service.schemas.worker import ToolchainIn
 from service.store.keys import device_out, toolchain_out
-from service.store.models import BestConfig, Device, Measurement, Toolchain, Variant
+from service.store.measurements import joined_best
+from service.store.models import BestConfig
 
 __all__ = ["ExportRecord", "MeasurementRecord", "VariantRecord", "export_lines"]
 
@@ -80,14 +80,7 @@ class ExportRecord(RequestModel):
 
 
 def export_lines(session: Session) -> Iterator[str]:
-    rows = session.execute(
-        select(BestConfig, Measurement, Variant, Device, Toolchain)
-        .join(Measurement, Measurement.id == BestConfig.measurement_id)
-        .join(Variant, Variant.id == Measurement.variant_id)
-        .join(Device, Device.id == BestConfig.device_id)
-        .join(Toolchain, Toolchain.id == BestConfig.toolchain_id)
-        .order_by(BestConfig.id)
-    )
+    rows = session.execute(joined_best().order_by(BestConfig.id))
     for best, m, variant, device, toolchain in rows:
         device_fields = device_out(device).model_dump(exclude={"key"})
         toolchain_fields = toolchain_out(toolchain).model_dump(exclude={"key"})

@@ -21,7 +21,6 @@ where its templates are the worker's.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +29,7 @@ from tuner.backends.cpu_batch import symbol_prefix
 from tuner.compile import CompileCache, build_variants
 from tuner.errors import ToolchainError
 from tuner.registry import load_space
-from tuner.render import template_version
+from tuner.render import parts_digest, template_version
 from tuner.types import BuildRecord, Variant
 
 __all__ = [
@@ -105,11 +104,7 @@ def standalone_source(name: str, variant_id: str, source: str, templates_dir: Pa
 
 def artifact_key(source: str, flags: Sequence[str], compiler_identity: str) -> str:
     """Compile cache key of an artifact (its own: a batch entry is keyed by the variant id)."""
-    digest = hashlib.sha256()
-    for part in ("tunehub-cpu-artifact", source, "\0".join(flags), compiler_identity):
-        digest.update(part.encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
+    return parts_digest("tunehub-cpu-artifact", source, "\0".join(flags), compiler_identity)
 
 
 def build_cpu_artifact(

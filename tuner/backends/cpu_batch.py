@@ -12,11 +12,11 @@ batch's shared object it was compiled into.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from tuner.render import parts_digest
 from tuner.types import Variant
 
 __all__ = ["symbol_prefix", "batch_source", "RUNNER_SOURCE", "runner_key"]
@@ -63,14 +63,10 @@ def batch_source(variants: Sequence[Variant]) -> str:
 
 def runner_key(templates_dir: Path, flags: Sequence[str], compiler_identity: str) -> str:
     """Cache key of the runner: its source, the harness header, flags and compiler."""
-    digest = hashlib.sha256()
-    for part in (
+    return parts_digest(
         (templates_dir / RUNNER_SOURCE).read_text(),
         (templates_dir / "_harness.h").read_text(),
         "\0".join(flags),
         compiler_identity,
         "runner",
-    ):
-        digest.update(part.encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
+    )

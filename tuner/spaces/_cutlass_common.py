@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from tuner.errors import InvalidRequestError
+from tuner.spaces.base import Params
 
 __all__ = [
     "ALIGNMENT_BYTES",
@@ -13,6 +14,8 @@ __all__ = [
     "sm80_class_smem_bytes",
     "elements_per_16_bytes",
     "check_dtype",
+    "sm80_tile",
+    "sm90_tile",
 ]
 
 #: 16-byte vector (and TMA) accesses: every leading dimension must be a multiple of this
@@ -45,3 +48,30 @@ def check_dtype(dtype: str, op: str) -> None:
         raise InvalidRequestError(
             "dtype", f"the CUTLASS {op} templates take f16 or bf16, not {dtype!r}"
         )
+
+
+def sm80_tile(tm: int, tn: int, tk: int, stages: int) -> Params:
+    """The leading params of a CUTLASS 2.x (sm80-class) variant: its tile, warp tile (64 on a
+    side of 128 or more, else 32) and pipeline stages."""
+    return {
+        "library": "cutlass",
+        "family": "sm80",
+        "tile_m": tm,
+        "tile_n": tn,
+        "tile_k": tk,
+        "warp_m": 64 if tm >= 128 else 32,
+        "warp_n": 64 if tn >= 128 else 32,
+        "stages": stages,
+    }
+
+
+def sm90_tile(tm: int, tn: int, tk: int, cm: int, cn: int, schedule: str) -> Params:
+    """The tile, cluster and kernel schedule params of a CUTLASS 3.x (sm90) variant."""
+    return {
+        "tile_m": tm,
+        "tile_n": tn,
+        "tile_k": tk,
+        "cluster_m": cm,
+        "cluster_n": cn,
+        "schedule": schedule,
+    }

@@ -8,15 +8,27 @@ shared memory), with a reason a user can read.
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from tuner.problems import Problem
 
-__all__ = ["VariantSpace", "Params"]
+__all__ = ["VariantSpace", "Params", "params_product"]
 
 Params = dict[str, Any]
+
+
+def params_product(
+    fixed: Params, axes: Mapping[str, Iterable[Any]], keep: Callable[[Params], bool]
+) -> Iterator[Params]:
+    """``fixed`` with every combination of the ``axes`` values (the product in the axes'
+    order, the last axis fastest) that ``keep`` accepts."""
+    for values in itertools.product(*axes.values()):
+        params = {**fixed, **dict(zip(axes, values, strict=True))}
+        if keep(params):
+            yield params
 
 
 class VariantSpace(ABC):

@@ -13,17 +13,15 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-from tuner.epilogues import (
-    CONV2D_EPILOGUES,
-    NONE,
-    activation_of,
-    name_suffix,
-    params_epilogue,
-    with_epilogues,
-)
+from tuner.epilogues import CONV2D_EPILOGUES, NONE, activation_of, name_suffix, params_epilogue
 from tuner.problems import Conv2dProblem, Problem
-from tuner.spaces.base import Params, VariantSpace
-from tuner.spaces.cpu_common import STORAGE_TYPES, check_dtype_layout
+from tuner.spaces.base import Params
+from tuner.spaces.cpu_common import (
+    STORAGE_TYPES,
+    CpuFusedSpace,
+    check_dtype_layout,
+    smallest_covering,
+)
 
 __all__ = ["CpuConv2dSpace", "K_BLOCKS", "C_BLOCKS", "C_VECTORS", "K_UNROLLS", "pixel_tile"]
 
@@ -38,26 +36,11 @@ def pixel_tile(bk: int) -> int:
     return 6 if bk <= 16 else 4
 
 
-def _smallest_covering(options: tuple[int, ...], size: int) -> int | None:
-    """The smallest option >= size (variants above it behave exactly like it), if any."""
-    covering = [o for o in options if o >= size]
-    return min(covering) if covering else None
-
-
-class CpuConv2dSpace(VariantSpace):
+class CpuConv2dSpace(CpuFusedSpace):
     op = "conv2d"
-    backend = "cpu"
     template = "cpu/conv2d.cpp.j2"
-
-    #: the template of a variant with a fused epilogue (the plain one plus bias + activation)
     fused_template = "cpu/conv2d_fused.cpp.j2"
-
-    def enumerate(self, dtype: str, layout: str, arch: str) -> Iterator[Params]:
-        """Every plain variant, then each once per fused epilogue (``tuner.epilogues``)."""
-        return with_epilogues(self._plain(dtype, layout, arch), CONV2D_EPILOGUES)
-
-    def template_for(self, params: Params) -> str:
-        return self.template if params_epilogue(params) == NONE else self.fused_template
+    epilogues = CONV2D_EPILOGUES
 
     def _plain(self, dtype: str, layout: str, arch: str) -> Iterator[Params]:
         check_dtype_layout(self.op, dtype, layout, ("nhwc",))
@@ -70,7 +53,7 @@ class CpuConv2dSpace(VariantSpace):
         if not isinstance(problem, Conv2dProblem):
             return f"not a conv2d problem: {type(problem).__name__}"
         if params["algo"] == "implicit":
-            cover = _smallest_covering(C_BLOCKS, problem.c)
+            cover = smallest_covering(C_BLOCKS, problem.c)
             if cover is not None and params["bc"] > cover:
                 return f"bc={params['bc']} acts like bc={cover} when c={problem.c}"
             return None
@@ -109,7 +92,3 @@ class CpuConv2dSpace(VariantSpace):
                 raise ValueError(f"unknown epilogue {epilogue!r}")
             context.update(epilogue=epilogue, activation=activation_of(epilogue))
         return context
-
-    def flags(self, params: Params, arch: str) -> tuple[str, ...]:
-        # fuse multiply-adds even under -std=c++17 (ISO mode turns contraction off)
-        return ("-ffp-contract=fast",)

@@ -12,17 +12,16 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-from tuner.epilogues import (
-    GEMM_EPILOGUES,
-    NONE,
-    activation_of,
-    name_suffix,
-    params_epilogue,
-    with_epilogues,
-)
+from tuner.epilogues import GEMM_EPILOGUES, NONE, name_suffix, params_epilogue
 from tuner.problems import GemmProblem, Problem
-from tuner.spaces.base import Params, VariantSpace
-from tuner.spaces.cpu_common import STORAGE_TYPES, check_dtype_layout
+from tuner.spaces._gemm_epilogues import epilogue_context
+from tuner.spaces.base import Params
+from tuner.spaces.cpu_common import (
+    STORAGE_TYPES,
+    CpuFusedSpace,
+    check_dtype_layout,
+    smallest_covering,
+)
 
 __all__ = ["CpuGemmSpace", "GEMM_LAYOUTS", "REGISTER_TILES"]
 
@@ -47,44 +46,15 @@ UNPACKED_TILES: tuple[tuple[int, int], ...] = ((4, 8), (6, 16), (8, 16))
 UNPACKED_MC, UNPACKED_KC = 96, 256
 
 
-def _epilogue_context(params: Params) -> dict[str, Any]:
-    """What a fused template reads (nothing for a plain variant: its source stays the same)."""
-    epilogue = params_epilogue(params)
-    if epilogue == NONE:
-        return {}
-    if epilogue not in GEMM_EPILOGUES:
-        raise ValueError(f"unknown epilogue {epilogue!r}")
-    return {
-        "epilogue": epilogue,
-        "activation": activation_of(epilogue),
-        "gated": epilogue == "gated_silu",
-    }
-
-
 def _tile_fits(mr: int, nr: int, arch: str) -> bool:
     return "avx512" in arch or mr * nr <= MAX_TILE_FLOATS_AVX2
 
 
-def _smallest_covering(options: tuple[int, ...], size: int) -> int | None:
-    """The smallest block >= size: larger blocks run the very same loop trip counts."""
-    covering = [o for o in options if o >= size]
-    return min(covering) if covering else None
-
-
-class CpuGemmSpace(VariantSpace):
+class CpuGemmSpace(CpuFusedSpace):
     op = "gemm"
-    backend = "cpu"
     template = "cpu/gemm.cpp.j2"
-
-    #: the template of a variant with a fused epilogue (the plain one plus bias + activation)
     fused_template = "cpu/gemm_fused.cpp.j2"
-
-    def enumerate(self, dtype: str, layout: str, arch: str) -> Iterator[Params]:
-        """Every plain variant, then each once per fused epilogue (``tuner.epilogues``)."""
-        return with_epilogues(self._plain(dtype, layout, arch), GEMM_EPILOGUES)
-
-    def template_for(self, params: Params) -> str:
-        return self.template if params_epilogue(params) == NONE else self.fused_template
+    epilogues = GEMM_EPILOGUES
 
     def _plain(self, dtype: str, layout: str, arch: str) -> Iterator[Params]:
         check_dtype_layout(self.op, dtype, layout, GEMM_LAYOUTS)
@@ -110,10 +80,10 @@ class CpuGemmSpace(VariantSpace):
             return None
         mr, mc, kc = params["mr"], params["mc"], params["kc"]
         legal_mc = tuple(b for b in MC_BLOCKS if b % mr == 0)
-        cover_mc = _smallest_covering(legal_mc, problem.m)
+        cover_mc = smallest_covering(legal_mc, problem.m)
         if cover_mc is not None and mc > cover_mc:
             return f"mc={mc} acts like mc={cover_mc} when m={problem.m}"
-        cover_kc = _smallest_covering(KC_BLOCKS, problem.k)
+        cover_kc = smallest_covering(KC_BLOCKS, problem.k)
         if cover_kc is not None and kc > cover_kc:
             return f"kc={kc} acts like kc={cover_kc} when k={problem.k}"
         return None
@@ -140,8 +110,6 @@ class CpuGemmSpace(VariantSpace):
             "storage_type": STORAGE_TYPES[dtype],
             "name": self.name(params, dtype, layout),
         }
-        return {**context, **_epilogue_context(params)}
-
-    def flags(self, params: Params, arch: str) -> tuple[str, ...]:
-        # fuse multiply-adds even under -std=c++17 (ISO mode turns contraction off)
-        return ("-ffp-contract=fast",)
+        if params_epilogue(params) == NONE:  # a plain variant's context (and source) stays
+            return context
+        return {**context, **epilogue_context(params)}

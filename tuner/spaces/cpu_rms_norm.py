@@ -5,13 +5,9 @@ One compiled variant serves every (m, k) and every eps (a run-time dim, ``tuner.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
-from typing import Any
-
 from tuner.problems import Problem, RmsNormProblem
-from tuner.spaces.base import Params, VariantSpace
-from tuner.spaces.cpu_common import STORAGE_TYPES, check_dtype_layout
+from tuner.spaces.base import Params
+from tuner.spaces.cpu_common import CpuRowSpace
 
 __all__ = ["CpuRmsNormSpace"]
 
@@ -21,25 +17,14 @@ ACCUMULATORS = (1, 2, 4, 8)
 MAX_STEP = 32
 
 
-class CpuRmsNormSpace(VariantSpace):
+class CpuRmsNormSpace(CpuRowSpace):
     op = "rms_norm"
-    backend = "cpu"
     template = "cpu/rms_norm.cpp.j2"
-
-    def enumerate(self, dtype: str, layout: str, arch: str) -> Iterator[Params]:
-        check_dtype_layout(self.op, dtype, layout, ("row",))
-        for pack, acc in itertools.product(PACKS, ACCUMULATORS):
-            if pack * acc > MAX_STEP:
-                continue
-            yield {"pack": pack, "acc": acc}
-
-    def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
-        if not isinstance(problem, RmsNormProblem):
-            return f"not an rms_norm problem: {type(problem).__name__}"
-        step = params["pack"] * params["acc"]
-        if step > problem.k:
-            return f"main-loop step of {step} elements exceeds the row length k={problem.k}"
-        return None
+    axes = {"pack": PACKS, "acc": ACCUMULATORS}
+    step_axes = ("pack", "acc")
+    max_step = MAX_STEP
+    problem_type = RmsNormProblem
+    problem_noun = "an rms_norm"
 
     def order(
         self, candidates: list[Params], problem: Problem, dtype: str, layout: str
@@ -49,14 +34,3 @@ class CpuRmsNormSpace(VariantSpace):
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
         return f"rms_norm_{dtype}_p{params['pack']}_a{params['acc']}"
-
-    def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
-        check_dtype_layout(self.op, dtype, layout, ("row",))
-        return {
-            "pack": int(params["pack"]),
-            "acc": int(params["acc"]),
-            "dtype": dtype,
-            "layout": layout,
-            "storage_type": STORAGE_TYPES[dtype],
-            "name": self.name(params, dtype, layout),
-        }

@@ -5,13 +5,11 @@ One compiled variant serves every (m, k).
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
 from typing import Any
 
-from tuner.problems import Problem, SoftmaxProblem
-from tuner.spaces.base import Params, VariantSpace
-from tuner.spaces.cpu_common import STORAGE_TYPES, check_dtype_layout
+from tuner.problems import SoftmaxProblem
+from tuner.spaces.base import Params
+from tuner.spaces.cpu_common import CpuRowSpace
 
 __all__ = ["CpuSoftmaxSpace", "ALGORITHMS"]
 
@@ -23,40 +21,21 @@ ALGORITHMS = ("twopass", "online")
 MAX_STEP = 32
 
 
-class CpuSoftmaxSpace(VariantSpace):
+class CpuSoftmaxSpace(CpuRowSpace):
     op = "softmax"
-    backend = "cpu"
     template = "cpu/softmax.cpp.j2"
-
-    def enumerate(self, dtype: str, layout: str, arch: str) -> Iterator[Params]:
-        check_dtype_layout(self.op, dtype, layout, ("row",))
-        for pack, acc, algo in itertools.product(PACKS, ACCUMULATORS, ALGORITHMS):
-            if pack * acc > MAX_STEP:
-                continue
-            yield {"pack": pack, "acc": acc, "algo": algo}
-
-    def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
-        if not isinstance(problem, SoftmaxProblem):
-            return f"not a softmax problem: {type(problem).__name__}"
-        step = params["pack"] * params["acc"]
-        if step > problem.k:
-            return f"main-loop step of {step} elements exceeds the row length k={problem.k}"
-        return None
+    axes = {"pack": PACKS, "acc": ACCUMULATORS, "algo": ALGORITHMS}
+    step_axes = ("pack", "acc")
+    max_step = MAX_STEP
+    problem_type = SoftmaxProblem
+    problem_noun = "a softmax"
 
     def name(self, params: Params, dtype: str, layout: str) -> str:
         return f"softmax_{dtype}_p{params['pack']}_a{params['acc']}_{params['algo']}"
 
     def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
-        check_dtype_layout(self.op, dtype, layout, ("row",))
+        context = super().render_context(params, dtype, layout)
         algo = str(params["algo"])
         if algo not in ALGORITHMS:  # only known enums reach the template
             raise ValueError(f"unknown softmax algorithm {algo!r}")
-        return {
-            "pack": int(params["pack"]),
-            "acc": int(params["acc"]),
-            "algo": algo,
-            "dtype": dtype,
-            "layout": layout,
-            "storage_type": STORAGE_TYPES[dtype],
-            "name": self.name(params, dtype, layout),
-        }
+        return {**context, "algo": algo}

@@ -46,6 +46,7 @@ from tuner.spaces._cutlass_common import (
     check_dtype,
     elements_per_16_bytes,
     sm80_class_smem_bytes,
+    sm80_tile,
     sm_number,
 )
 from tuner.spaces._vendor_discovery import Discovery, VendorDiscoverySpace
@@ -133,14 +134,7 @@ class CudaConv2dSpace(VendorDiscoverySpace):
                 continue
             out.append(
                 {
-                    "library": "cutlass",
-                    "family": "sm80",
-                    "tile_m": tm,
-                    "tile_n": tn,
-                    "tile_k": tk,
-                    "warp_m": 64 if tm >= 128 else 32,
-                    "warp_n": 64 if tn >= 128 else 32,
-                    "stages": stages,
+                    **sm80_tile(tm, tn, tk, stages),
                     "iterator": iterator,
                     "align": align,
                     "swizzle": swizzle,

@@ -46,6 +46,8 @@ from tuner.spaces._cutlass_common import (
     check_dtype,
     elements_per_16_bytes,
     sm80_class_smem_bytes,
+    sm80_tile,
+    sm90_tile,
     sm_number,
 )
 from tuner.spaces._gemm_epilogues import LT_EPILOGUES, epilogue_context, fused_params
@@ -211,12 +213,7 @@ def _sm90_params() -> list[Params]:
         params: Params = {
             "library": "cutlass",
             "family": "sm90",
-            "tile_m": tm,
-            "tile_n": tn,
-            "tile_k": tk,
-            "cluster_m": cm,
-            "cluster_n": cn,
-            "schedule": schedule,
+            **sm90_tile(tm, tn, tk, cm, cn, schedule),
             "scheduler": scheduler,
             "raster": raster,
             "swizzle": swizzle,
@@ -237,14 +234,7 @@ def _sm80_params(sm: int) -> list[Params]:
         _SM80_TILE_K, _SM80_TILE_MN, _SM80_TILE_MN, _SM80_STAGES, _SM80_SPLIT_K, _SM80_SWIZZLES
     ):
         params: Params = {
-            "library": "cutlass",
-            "family": "sm80",
-            "tile_m": tm,
-            "tile_n": tn,
-            "tile_k": tk,
-            "warp_m": 64 if tm >= 128 else 32,
-            "warp_n": 64 if tn >= 128 else 32,
-            "stages": stages,
+            **sm80_tile(tm, tn, tk, stages),
             "split_k": split_k,
             "swizzle": swizzle,
         }

@@ -15,12 +15,11 @@ m <= ``HEAD_MAX_M``; at m = 1 a full warp per row (lanes 32) won.
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Any
 
 from tuner.problems import GemmProblem
-from tuner.spaces.base import Params
+from tuner.spaces.base import Params, params_product
 
 __all__ = ["FAMILY", "TEMPLATE", "MAX_M", "HEAD_MAX_M", "skinny_params", "prune", "order", "name"]
 
@@ -46,22 +45,22 @@ _MAX_TILE_X_UNROLL = 32
 
 
 def skinny_params() -> list[Params]:
-    return [
-        {
-            "family": FAMILY,
-            "m_tile": m_tile,
-            "pack": pack,
-            "lanes": lanes,
-            "warps": warps,
-            "slices": slices,
-            "splits": splits,
-            "unroll": unroll,
-        }
-        for m_tile, pack, lanes, warps, slices, splits, unroll in itertools.product(
-            _M_TILES, _PACKS, _LANES, _WARPS, _SLICES, _SPLITS, _UNROLLS
+    axes = {
+        "m_tile": _M_TILES,
+        "pack": _PACKS,
+        "lanes": _LANES,
+        "warps": _WARPS,
+        "slices": _SLICES,
+        "splits": _SPLITS,
+        "unroll": _UNROLLS,
+    }
+
+    def keep(p: Params) -> bool:
+        return p["m_tile"] * p["unroll"] <= _MAX_TILE_X_UNROLL and (
+            p["slices"] <= p["warps"] * 32 // p["lanes"]
         )
-        if m_tile * unroll <= _MAX_TILE_X_UNROLL and slices <= warps * 32 // lanes
-    ]
+
+    return list(params_product({"family": FAMILY}, axes, keep))
 
 
 def _m_tile_for(m: int) -> int:
@@ -118,13 +117,14 @@ def order(candidates: list[Params], problem: GemmProblem) -> list[Params]:
 
 
 def name(params: Params, dtype: str, layout: str) -> str:
-    parts = [
-        f"gemm_{dtype}_{layout}_skinny_m{params['m_tile']}",
-        f"p{params['pack']}",
-        f"l{params['lanes']}",
-        f"w{params['warps']}",
-        f"u{params['unroll']}",
-    ]
+    head = f"gemm_{dtype}_{layout}_skinny_m{params['m_tile']}"
+    return k_cut_name([head, f"p{params['pack']}", f"l{params['lanes']}"], params)
+
+
+def k_cut_name(parts: list[str], params: Params) -> str:
+    """A decode variant's name (skinny, swapab): ``parts``, its warps and unroll, then its K
+    slices (``s``) and split-K parts (``sk``) where it has more than one, joined by ``_``."""
+    parts = [*parts, f"w{params['warps']}", f"u{params['unroll']}"]
     if params["slices"] > 1:
         parts.append(f"s{params['slices']}")
     if params["splits"] > 1:

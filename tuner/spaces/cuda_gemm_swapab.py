@@ -18,12 +18,12 @@ only up to ``HEAD_MAX_M``.
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Any
 
 from tuner.problems import GemmProblem
-from tuner.spaces.base import Params
+from tuner.spaces.base import Params, params_product
+from tuner.spaces.cuda_gemm_skinny import k_cut_name
 
 __all__ = [
     "FAMILY",
@@ -82,23 +82,24 @@ def _smem_bytes(m_tile: int, w_tiles: int, warps: int, slices: int) -> int:
 
 
 def swapab_params() -> list[Params]:
-    return [
-        {
-            "family": FAMILY,
-            "m_tile": m_tile,
-            "w_tiles": w_tiles,
-            "warps": warps,
-            "slices": slices,
-            "splits": splits,
-            "unroll": unroll,
-        }
-        for m_tile, w_tiles, warps, slices, splits, unroll in itertools.product(
-            _M_TILES, _W_TILES, _WARPS, _SLICES, _SPLITS, _UNROLLS
+    axes = {
+        "m_tile": _M_TILES,
+        "w_tiles": _W_TILES,
+        "warps": _WARPS,
+        "slices": _SLICES,
+        "splits": _SPLITS,
+        "unroll": _UNROLLS,
+    }
+
+    def keep(p: Params) -> bool:
+        m_tile, w_tiles, warps, slices = p["m_tile"], p["w_tiles"], p["warps"], p["slices"]
+        return (
+            _data_registers(m_tile, w_tiles, p["unroll"]) <= _MAX_DATA_REGISTERS
+            and warps % slices == 0
+            and _smem_bytes(m_tile, w_tiles, warps, slices) <= _MAX_SMEM
         )
-        if _data_registers(m_tile, w_tiles, unroll) <= _MAX_DATA_REGISTERS
-        and warps % slices == 0
-        and _smem_bytes(m_tile, w_tiles, warps, slices) <= _MAX_SMEM
-    ]
+
+    return list(params_product({"family": FAMILY}, axes, keep))
 
 
 def m_tile_for(m: int) -> int:
@@ -158,14 +159,5 @@ def order(candidates: list[Params], problem: GemmProblem) -> list[Params]:
 
 
 def name(params: Params, dtype: str, layout: str) -> str:
-    parts = [
-        f"gemm_{dtype}_{layout}_swapab_m{params['m_tile']}",
-        f"t{params['w_tiles']}",
-        f"w{params['warps']}",
-        f"u{params['unroll']}",
-    ]
-    if params["slices"] > 1:
-        parts.append(f"s{params['slices']}")
-    if params["splits"] > 1:
-        parts.append(f"sk{params['splits']}")
-    return "_".join(parts)
+    head = f"gemm_{dtype}_{layout}_swapab_m{params['m_tile']}"
+    return k_cut_name([head, f"t{params['w_tiles']}"], params)

@@ -28,7 +28,7 @@ from typing import Any
 from tuner.errors import InvalidRequestError
 from tuner.moe import token_counts
 from tuner.problems import GroupedGemmProblem, Problem
-from tuner.spaces._cutlass_common import check_dtype, sm_number
+from tuner.spaces._cutlass_common import check_dtype, sm90_tile, sm_number
 from tuner.spaces.base import Params, VariantSpace
 
 __all__ = ["CudaGroupedGemmSpace", "DECODE_MEAN_TOKENS", "DECODE_MAX_TOKENS", "LIBRARIES"]
@@ -60,16 +60,7 @@ _DECODE_WARPS = (4, 8)
 
 def _sm90_params() -> list[Params]:
     return [
-        {
-            "library": "cutlass",
-            "family": "sm90",
-            "tile_m": tm,
-            "tile_n": tn,
-            "tile_k": tk,
-            "cluster_m": cm,
-            "cluster_n": cn,
-            "schedule": schedule,
-        }
+        {"library": "cutlass", "family": "sm90", **sm90_tile(tm, tn, tk, cm, cn, schedule)}
         for (tm, tn, tk, schedule), (cm, cn) in itertools.product(_SM90_TILES, _SM90_CLUSTERS)
     ]
 

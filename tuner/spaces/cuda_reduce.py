@@ -10,9 +10,9 @@ from tuner.spaces.base import Params, VariantSpace
 from tuner.spaces.cuda_rows import (
     CTYPES,
     mapping_label,
-    packs_for,
     prune_row_mapping,
     row_mappings,
+    row_packs,
     split_rank,
     widest_first,
 )
@@ -29,9 +29,7 @@ class CudaReduceSpace(VariantSpace):
     template = "cuda/reduce.cu.j2"
 
     def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
-        if layout != "row" or dtype not in CTYPES:
-            return
-        for pack in packs_for(dtype):
+        for pack in row_packs(dtype, layout):
             for strategy, group, threads in row_mappings(arch):
                 yield {"pack": pack, "strategy": strategy, "group": group, "threads": threads}
 

@@ -27,11 +27,11 @@ from tuner.spaces.cuda_rows import (
     FEW_ROWS,
     lanes_per_row,
     mapping_label,
-    packs_for,
+    mode_mappings,
     packs_per_lane,
     powers_of_two_up_to,
     prune_row_mapping,
-    row_mappings,
+    row_packs,
     widest_first,
 )
 
@@ -76,20 +76,10 @@ class CudaRmsNormSpace(VariantSpace):
     template = "cuda/rms_norm.cu.j2"
 
     def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
-        if layout != "row" or dtype not in CTYPES:
-            return
-        for pack in packs_for(dtype):
-            for mode in MODES:
-                for strategy, group, threads in row_mappings(arch):
-                    if strategy == "cluster" or (mode == "2pass" and strategy == "group"):
-                        continue
-                    yield {
-                        "pack": pack,
-                        "strategy": strategy,
-                        "group": group,
-                        "threads": threads,
-                        "mode": mode,
-                    }
+        for pack in row_packs(dtype, layout):
+            for params in mode_mappings(pack, MODES, arch):
+                if params["strategy"] != "cluster":
+                    yield params
 
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
         reason = prune_row_mapping(params, problem, layout)

@@ -80,6 +80,27 @@ def row_mappings(arch: str) -> Iterator[tuple[str, int, int]]:
                 yield "cluster", ctas, threads
 
 
+def row_packs(dtype: str, layout: str) -> tuple[int, ...]:
+    """The packs of the row spaces' variants for ``dtype`` in ``layout`` (none but row-major)."""
+    return packs_for(dtype) if layout == "row" and dtype in CTYPES else ()
+
+
+def mode_mappings(pack: int, modes: tuple[str, ...], arch: str) -> Iterator[Params]:
+    """The params of ``pack`` with each mode (outer) and row mapping (inner), in a stable
+    order; "2pass" never runs on a group of lanes (the norm and softmax spaces' rule)."""
+    for mode in modes:
+        for strategy, group, threads in row_mappings(arch):
+            if mode == "2pass" and strategy == "group":
+                continue
+            yield {
+                "pack": pack,
+                "strategy": strategy,
+                "group": group,
+                "threads": threads,
+                "mode": mode,
+            }
+
+
 def lanes_per_row(params: Params) -> int:
     """Threads that share one row (all CTAs of a cluster for the split-row strategy)."""
     if params["strategy"] == "block":

@@ -38,7 +38,7 @@ from tuner.errors import InvalidRequestError
 from tuner.problems import SCALED_GEMM_OUT_DTYPES, SCALINGS, Problem, ScaledGemmProblem
 from tuner.spaces import _fp8_decode as fp8_decode
 from tuner.spaces import cuda_gemm_cublaslt as lt
-from tuner.spaces._cutlass_common import SM90_SMEM_BYTES, sm_number
+from tuner.spaces._cutlass_common import SM90_SMEM_BYTES, sm90_tile, sm_number
 from tuner.spaces._fp8_decode import DECODE_FAMILY, DECODE_MAX_M, SWAPAB_FAMILY, SWAPAB_MAX_M
 from tuner.spaces._vendor_discovery import Discovery, VendorDiscoverySpace
 from tuner.spaces.base import Params
@@ -145,12 +145,7 @@ def _sm90_params() -> list[Params]:
             "family": SM90_FAMILY,
             "out_dtype": out_dtype,
             "scaling": scaling,
-            "tile_m": tm,
-            "tile_n": tn,
-            "tile_k": tk,
-            "cluster_m": cm,
-            "cluster_n": cn,
-            "schedule": schedule,
+            **sm90_tile(tm, tn, tk, cm, cn, schedule),
             "accum": accum,
             "raster": raster,
             "swizzle": 1,

@@ -40,10 +40,10 @@ from tuner.spaces.cuda_rows import (
     FEW_ROWS,
     lanes_per_row,
     mapping_label,
-    packs_for,
+    mode_mappings,
     powers_of_two_up_to,
     prune_row_mapping,
-    row_mappings,
+    row_packs,
     split_rank,
     widest_first,
 )
@@ -124,6 +124,19 @@ def col_options(params: Params) -> list[int]:
     return powers_of_two_up_to(max_values(int(params["threads"])) // int(params["pack"]))
 
 
+def _mode_fits(mode: str, strategy: str, threads: int, wide: bool) -> bool:
+    """Whether ``mode`` runs on this row mapping (``wide``: 16-byte packs)."""
+    if mode == "pipe" and (strategy != "block" or not wide):
+        return False
+    if mode == "smem" and strategy not in ("block", "cluster"):
+        return False
+    if strategy == "cluster" and not (
+        mode == "reg" or (mode == "smem" and wide and threads in SPLIT_SMEM_THREADS)
+    ):
+        return False
+    return not (mode == "stream" and strategy not in ("group", "warp"))
+
+
 class CudaSoftmaxSpace(VariantSpace):
     """``softmax_f16_p8_warp_t128_reg``: 8-element accesses, a warp per row, row in registers."""
 
@@ -132,31 +145,14 @@ class CudaSoftmaxSpace(VariantSpace):
     template = "cuda/softmax.cu.j2"
 
     def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
-        if layout != "row" or dtype not in CTYPES:
+        packs = row_packs(dtype, layout)
+        if not packs:
             return
-        for pack in packs_for(dtype):
-            for mode in MODES:
-                for strategy, group, threads in row_mappings(arch):
-                    if mode == "2pass" and strategy == "group":
-                        continue
-                    wide = pack * ELEMENT_SIZE[dtype] == 16
-                    if mode == "pipe" and (strategy != "block" or not wide):
-                        continue
-                    if mode == "smem" and strategy not in ("block", "cluster"):
-                        continue
-                    if strategy == "cluster" and not (
-                        mode == "reg" or (mode == "smem" and wide and threads in SPLIT_SMEM_THREADS)
-                    ):
-                        continue
-                    if mode == "stream" and strategy not in ("group", "warp"):
-                        continue
-                    yield {
-                        "pack": pack,
-                        "strategy": strategy,
-                        "group": group,
-                        "threads": threads,
-                        "mode": mode,
-                    }
+        for pack in packs:
+            wide = pack * ELEMENT_SIZE[dtype] == 16
+            for params in mode_mappings(pack, MODES, arch):
+                if _mode_fits(params["mode"], params["strategy"], int(params["threads"]), wide):
+                    yield params
             # few long rows over the whole GPU: a cooperative grid, rows held in registers
             for threads in GRID_THREADS:
                 yield {

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from service.api.deps import SessionDep, require_read, require_scope
+from service.api.openapi import described
 from service.errors import BodyTooLarge, InvalidInput, NotFound
 from service.schemas.artifacts import (
     SHA256_PATTERN,
@@ -71,7 +72,7 @@ def _lease_errors(extra: dict[int, str]) -> dict[int | str, dict[str, Any]]:
         409: "the lease is no longer held, or the variant did not verify",
     }
     answers.update(extra)
-    return {status: {"description": text} for status, text in answers.items()}
+    return described(answers)
 
 
 @router.put(

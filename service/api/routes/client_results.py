@@ -16,7 +16,8 @@ from fastapi.responses import Response
 from pydantic import TypeAdapter, ValidationError
 
 from service.api.caching import conditional
-from service.api.deps import SessionDep, require_read, require_scope
+from service.api.deps import DeviceQuery, SessionDep, ToolchainQuery, require_read, require_scope
+from service.api.openapi import described
 from service.errors import InvalidInput
 from service.schemas.client_results import (
     CLIENT_OP_PATTERN,
@@ -63,10 +64,12 @@ def _parse_key(text: str) -> dict[str, Any]:
     "/v1/client-configs/best",
     response_model=ClientBestOut,
     dependencies=[Depends(require_read)],
-    responses={
-        304: {"description": "unchanged since the ETag sent in If-None-Match"},
-        404: {"description": "no client-measured config for this key"},
-    },  # fmt: skip
+    responses=described(
+        {
+            304: "unchanged since the ETag sent in If-None-Match",
+            404: "no client-measured config for this key",
+        }
+    ),
 )
 def client_best(
     request: Request,
@@ -75,9 +78,9 @@ def client_best(
     key: Annotated[
         SafeStr, Query(max_length=8192, description="the autotune key as a JSON object")
     ],
-    device: Annotated[SafeStr | None, Query(max_length=300)] = None,
+    device: DeviceQuery = None,
     backend: BackendName | None = None,
-    toolchain: Annotated[SafeStr | None, Query(max_length=1000)] = None,
+    toolchain: ToolchainQuery = None,
 ) -> Response:
     """The winner for ``key`` on ``device`` (a device key or part of a name)."""
     answer = find_client_best(session, op, _parse_key(key), device, toolchain, backend)

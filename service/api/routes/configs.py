@@ -11,7 +11,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from service.api.caching import conditional, etag_of
-from service.api.deps import SessionDep, require_read, require_read_async, require_scope
+from service.api.deps import (
+    DeviceQuery,
+    SessionDep,
+    ToolchainQuery,
+    require_read,
+    require_read_async,
+    require_scope,
+)
+from service.api.openapi import described
 from service.errors import InvalidInput, RequestError
 from service.schemas.common import BackendName, DType, Op, SafeStr
 from service.schemas.configs import (
@@ -22,6 +30,7 @@ from service.schemas.configs import (
 )
 from service.store.imports import import_lines
 from service.store.lookup import LookupQuery, find_best, find_best_many
+from service.store.rows import columns
 from service.store.transfer import export_lines
 from service.store.validation import check_dtype, check_layout, parse_problem, query_dims
 
@@ -34,16 +43,8 @@ _KNOWN_QUERY = {"op", "dtype", "layout", "device", "backend", "toolchain"}
 
 def _lookup(maker: sessionmaker[Session], query: LookupQuery) -> bytes:
     with maker() as session:
-        answer = find_best(
-            session,
-            op=query.op,
-            dtype=query.dtype,
-            layout=query.layout,
-            problem=query.problem,
-            device=query.device,
-            backend=query.backend,
-            toolchain=query.toolchain,
-        )
+        asked = columns(query, "op", "dtype", "layout", "problem", "device", "backend", "toolchain")
+        answer = find_best(session, **asked)
     return answer.model_dump_json().encode()
 
 
@@ -51,19 +52,21 @@ def _lookup(maker: sessionmaker[Session], query: LookupQuery) -> bytes:
     "/v1/configs/best",
     response_model=BestConfigOut,
     dependencies=[Depends(require_read_async)],
-    responses={
-        304: {"description": "the answer has not changed since the ETag in If-None-Match"},
-        404: {"description": "not tuned yet, and no tuned problem near it"},
-    },
+    responses=described(
+        {
+            304: "the answer has not changed since the ETag in If-None-Match",
+            404: "not tuned yet, and no tuned problem near it",
+        }
+    ),
 )
 async def best_config(
     request: Request,
     op: Op,
     dtype: DType,
     layout: Annotated[SafeStr | None, Query(max_length=16)] = None,
-    device: Annotated[SafeStr | None, Query(max_length=300)] = None,
+    device: DeviceQuery = None,
     backend: BackendName | None = None,
-    toolchain: Annotated[SafeStr | None, Query(max_length=1000)] = None,
+    toolchain: ToolchainQuery = None,
 ) -> Response:
     """The winner for a problem given as query dims (``m=&n=&k=``, ``kind=`` for reduce).
 

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Response, status
 
 from service.api.deps import SessionDep, SettingsDep, require_scope
+from service.api.openapi import described
 from service.schemas.worker import (
     HeartbeatIn,
     HeartbeatOut,
@@ -32,11 +33,13 @@ WorkerToken = Annotated[ApiToken, Depends(require_scope("worker"))]
 @router.post(
     "",
     response_model=LeaseOut,
-    responses={
-        204: {"description": "no queued task matches this worker's devices"},
-        403: {"description": "the worker was registered with another token"},
-        404: {"description": "unknown worker id"},
-    },
+    responses=described(
+        {
+            204: "no queued task matches this worker's devices",
+            403: "the worker was registered with another token",
+            404: "unknown worker id",
+        }
+    ),
 )
 def lease_task(
     body: LeaseRequest, session: SessionDep, settings: SettingsDep, token: WorkerToken
@@ -55,10 +58,12 @@ def lease_task(
 @router.post(
     "/{lease_id}/heartbeat",
     response_model=HeartbeatOut,
-    responses={
-        403: {"description": "the lease belongs to a worker of another token"},
-        409: {"description": "the lease is no longer held"},
-    },
+    responses=described(
+        {
+            403: "the lease belongs to a worker of another token",
+            409: "the lease is no longer held",
+        }
+    ),
 )
 def lease_heartbeat(
     lease_id: str,
@@ -78,13 +83,13 @@ def lease_heartbeat(
 @router.post(
     "/{lease_id}/results",
     response_model=ResultsOut,
-    responses={
-        403: {
-            "description": "the lease belongs to a worker of another token, or the token "
-            "is not mapped to the measured device"
-        },
-        409: {"description": "the lease is no longer held, already final, or a retry differs"},
-    },
+    responses=described(
+        {
+            403: "the lease belongs to a worker of another token, or the token "
+            "is not mapped to the measured device",
+            409: "the lease is no longer held, already final, or a retry differs",
+        }
+    ),
 )
 def lease_results(
     lease_id: str, body: ResultsIn, session: SessionDep, settings: SettingsDep, token: WorkerToken

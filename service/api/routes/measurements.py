@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy import select
 
-from service.api.deps import SessionDep, require_read
+from service.api.deps import DeviceQuery, SessionDep, require_read
 from service.errors import InvalidInput
 from service.schemas.common import BackendName, DType, Op, SafeStr
 from service.schemas.configs import MeasurementList
@@ -32,7 +32,7 @@ def list_measurements(
     op: Op | None = None,
     dtype: DType | None = None,
     layout: Annotated[SafeStr | None, Query(max_length=16)] = None,
-    device: Annotated[SafeStr | None, Query(max_length=300)] = None,
+    device: DeviceQuery = None,
     backend: BackendName | None = None,
     outcome: Outcome | None = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,

@@ -21,7 +21,7 @@ from service.errors import NotFound
 from service.schemas.common import MAX_ROW_ID
 from service.store.jobs import job_out, job_summary
 from service.store.keys import device_out, toolchain_out
-from service.store.measurements import measurement_out
+from service.store.measurements import joined_best, measurement_out
 from service.store.models import (
     BestConfig,
     ClientBestConfig,
@@ -196,14 +196,7 @@ def best_rows(
     )
     shown = Page.of(page, len(keys))
     ids = [r[0] for r in shown.window(keys)]
-    rows = session.execute(
-        select(BestConfig, Measurement, Variant, Device, Toolchain)
-        .join(Measurement, Measurement.id == BestConfig.measurement_id)
-        .join(Variant, Variant.id == Measurement.variant_id)
-        .join(Device, Device.id == BestConfig.device_id)
-        .join(Toolchain, Toolchain.id == BestConfig.toolchain_id)
-        .where(BestConfig.id.in_(ids))
-    ).all()
+    rows = session.execute(joined_best().where(BestConfig.id.in_(ids))).all()
     position = {best_id: index for index, best_id in enumerate(ids)}
     items = []
     for best, m, v, d, t in sorted(rows, key=lambda row: position[row[0].id]):

@@ -25,7 +25,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from service.api.deps import SessionDep, SettingsDep, require_read
+from service.api.deps import SessionDep, SettingsDep, ToolchainQuery, require_read
 from service.api.ui import charts, data, labels, search_views
 from service.api.ui.baselines import copy_ceiling, load_benchmark_file, vendor_figures
 from service.api.ui.plots import best_so_far_chart, scatter_chart
@@ -249,7 +249,7 @@ def best_page(
     session: SessionDep,
     device: Text = None,
     op: Text = None,
-    toolchain: Annotated[SafeStr | None, Query(max_length=1000)] = None,
+    toolchain: ToolchainQuery = None,
     page: PageNumber = 1,
     client_page: PageNumber = 1,
 ) -> Response:
