@@ -26,24 +26,18 @@ careful-user column is reported beside it. JSON to ``--out``.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.serving_common import compare_rows, run, tune_rows  # noqa: E402
 from bench.vendor_common import (  # noqa: E402
     Timer,
-    artifact_timer,
     geomean,
-    interleaved_medians,
     launch_timer,
-    summary,
 )
-from tuner.engine import tune  # noqa: E402
 from tuner.problems import Conv2dProblem, GemmProblem, Problem  # noqa: E402
 from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
 
@@ -86,43 +80,22 @@ def problems() -> list[tuple[dict[str, Any], Problem, str]]:
 
 
 def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) -> list[dict]:
-    from tuner.backends.cuda import CudaBackend
-
-    backend = CudaBackend(config)
-    rows: list[dict[str, Any]] = []
-    try:
-        print(f"device {backend.device().key()}", flush=True)
-        for label, problem, layout in problems():
-            row: dict[str, Any] = {**label, "layout": layout, "problem": problem.dims()}
-            rows.append(row)
-            if time.monotonic() > deadline:
-                row["tune_error"] = "deadline"
-                continue
-            op = "gemm" if isinstance(problem, GemmProblem) else "conv2d"
-            budget = Budget(max_variants=args.max_variants, max_seconds=args.shape_seconds)
-            request = TuneRequest(op, DTYPE, layout, problem, "cuda", budget=budget)
-            started = time.monotonic()
-            try:
-                result = tune(request, backend, config)
-            except Exception as exc:  # e.g. no family fuses it here: recorded, the run goes on
-                row["tune_error"] = f"{type(exc).__name__}: {exc}"[:300]
-                print(f"[tune] {label}: {row['tune_error']}", flush=True)
-                continue
-            win = result.winner
-            hit = backend.cache.lookup(win.variant_id) if win else None
-            row.update(
-                op=op,
-                seconds=round(time.monotonic() - started, 1),
-                winner=win.variant_name if win else None,
-                winner_library=win.params.get("library") if win else None,
-                winner_us=win.timing.median_us if win and win.timing else None,
-                artifact=str(hit.artifact) if hit and hit.artifact else None,
-                candidates=[summary(r) for r in result.results],
-            )
-            print(f"[tune] {label}: {row['winner']} {row['winner_us']} us", flush=True)
-    finally:
-        backend.close()
-    return rows
+    budget = Budget(max_variants=args.max_variants, max_seconds=args.shape_seconds)
+    requests = [
+        (
+            {**label, "layout": layout, "problem": problem.dims()},
+            TuneRequest(
+                "gemm" if isinstance(problem, GemmProblem) else "conv2d",
+                DTYPE,
+                layout,
+                problem,
+                "cuda",
+                budget=budget,
+            ),
+        )
+        for label, problem, layout in problems()
+    ]
+    return tune_rows(requests, config, deadline)
 
 
 def _activation(torch: Any, epilogue: str) -> Any:
@@ -184,40 +157,24 @@ def conv_timers(torch: Any, harness: Any, req: dict[str, Any], problem: dict) ->
     }
 
 
+def user_timers(torch: Any, harness: Any, req: dict[str, Any], row: dict) -> dict[str, Timer]:
+    if row["op"] == "gemm":
+        return gemm_timers(torch, harness, req, row["epilogue"])
+    return conv_timers(torch, harness, req, row["problem"])
+
+
 def phase_compare(rows: list[dict[str, Any]], deadline: float) -> None:
     import torch
 
-    from tuner.backends.cuda_harness import Harness, probe
-
     torch.backends.cudnn.benchmark = True  # the user's best cuDNN algorithm, not its default
-    harness = Harness(probe())
-    for row in rows:
-        if not row.get("artifact"):
-            continue
-        if time.monotonic() > deadline:
-            row["compare_error"] = "deadline"
-            continue
-        req = {
-            "cmd": "run",
-            "op": row["op"],
-            "dtype": DTYPE,
-            "layout": row["layout"],
-            "problem": row["problem"],
-            "seed": 0,
-            **COMPARE_TIMING,
-            "abort_us": None,
-        }
-        timers = {"tunehub": artifact_timer(harness, req, row["artifact"])}
-        if row["op"] == "gemm":
-            timers.update(gemm_timers(torch, harness, req, row["epilogue"]))
-        else:
-            timers.update(conv_timers(torch, harness, req, row["problem"]))
-        times = interleaved_medians(timers, row, COMPARE_ROUNDS)
-        torch.cuda.synchronize()
-        row["times_us"] = times
-        if "tunehub" in times:
-            row["speedup"] = {k: v / times["tunehub"] for k, v in times.items() if k != "tunehub"}
-        print(f"[compare] {row['model']} {row['layer']}: {times}", flush=True)
+    compare_rows(
+        rows,
+        deadline,
+        dtype=DTYPE,
+        timing=COMPARE_TIMING,
+        rounds=COMPARE_ROUNDS,
+        user_timers=user_timers,
+    )
 
 
 def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -246,36 +203,7 @@ def main() -> int:
     parser.add_argument("--shape-seconds", type=float, default=25.0)
     parser.add_argument("--max-variants", type=int, default=8)
     args = parser.parse_args()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    deadline = started + args.deadline_s
-    config = EngineConfig(
-        cache_dir=args.cache_dir,
-        bench_seconds=0.05,
-        warmup_seconds=0.03,
-        min_reps=10,
-        compile_timeout_s=240,
-        run_timeout_s=60,
-    )
-    rows = phase_tune(args, config, deadline - args.compare_reserve_s)
-    meta: dict[str, Any] = {
-        "tune_wall_seconds": round(time.monotonic() - started, 1),
-        "compare_rounds": COMPARE_ROUNDS,
-        "command": "python3 " + " ".join(sys.argv),
-    }
-    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
-    phase_compare(rows, deadline)
-    import torch
-
-    meta.update(
-        device=torch.cuda.get_device_name(0),
-        date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        torch=torch.__version__,
-    )
-    payload = {"meta": meta, "totals": totals(rows), "rows": rows}
-    args.out.write_text(json.dumps(payload, indent=1, default=str))
-    print(json.dumps(payload["totals"]), flush=True)
-    return 0
+    return run(args, phase_tune, phase_compare, totals, COMPARE_ROUNDS)
 
 
 if __name__ == "__main__":

@@ -25,25 +25,19 @@ Targets: geomean(grouped_mm / tunehub) >= 1.0 and geomean(loop / tunehub) >= 1.5
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.serving_common import compare_rows, run, tune_rows  # noqa: E402
 from bench.vendor_common import (  # noqa: E402
     Timer,
-    artifact_timer,
     geomean,
-    interleaved_medians,
     launch_timer,
-    summary,
 )
-from tuner.engine import tune  # noqa: E402
 from tuner.moe import token_counts  # noqa: E402
 from tuner.problems import GroupedGemmProblem  # noqa: E402
 from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
@@ -79,42 +73,20 @@ def precompile_commands(max_variants: int) -> list[str]:
 
 
 def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) -> list[dict]:
-    from tuner.backends.cuda import CudaBackend
-
-    backend = CudaBackend(config)
-    rows: list[dict[str, Any]] = []
-    try:
-        print(f"device {backend.device().key()}", flush=True)
-        for label, problem in problems():
-            row: dict[str, Any] = {**label, "problem": problem.dims()}
-            row["counts"] = token_counts(problem.experts, problem.tokens, problem.skew)
-            rows.append(row)
-            if time.monotonic() > deadline:
-                row["tune_error"] = "deadline"
-                continue
-            budget = Budget(max_variants=args.max_variants, max_seconds=args.shape_seconds)
-            request = TuneRequest("grouped_gemm", DTYPE, "rcr", problem, "cuda", budget=budget)
-            started = time.monotonic()
-            try:
-                result = tune(request, backend, config)
-            except Exception as exc:  # recorded; the run goes on
-                row["tune_error"] = f"{type(exc).__name__}: {exc}"[:300]
-                print(f"[tune] {label}: {row['tune_error']}", flush=True)
-                continue
-            win = result.winner
-            hit = backend.cache.lookup(win.variant_id) if win else None
-            row.update(
-                seconds=round(time.monotonic() - started, 1),
-                winner=win.variant_name if win else None,
-                winner_library=win.params.get("library") if win else None,
-                winner_us=win.timing.median_us if win and win.timing else None,
-                artifact=str(hit.artifact) if hit and hit.artifact else None,
-                candidates=[summary(r) for r in result.results],
-            )
-            print(f"[tune] {label}: {row['winner']} {row['winner_us']} us", flush=True)
-    finally:
-        backend.close()
-    return rows
+    budget = Budget(max_variants=args.max_variants, max_seconds=args.shape_seconds)
+    requests = [
+        (
+            {
+                **label,
+                "layout": "rcr",
+                "problem": problem.dims(),
+                "counts": token_counts(problem.experts, problem.tokens, problem.skew),
+            },
+            TuneRequest("grouped_gemm", DTYPE, "rcr", problem, "cuda", budget=budget),
+        )
+        for label, problem in problems()
+    ]
+    return tune_rows(requests, config, deadline)
 
 
 def vendor_timers(
@@ -145,37 +117,20 @@ def vendor_timers(
 
 
 def phase_compare(rows: list[dict[str, Any]], deadline: float) -> None:
-    import torch
-
-    from tuner.backends.cuda_harness import Harness, probe
-
-    harness = Harness(probe())
+    compare_rows(
+        rows,
+        deadline,
+        dtype=DTYPE,
+        timing=COMPARE_TIMING,
+        rounds=COMPARE_ROUNDS,
+        user_timers=lambda torch, harness, req, row: vendor_timers(
+            torch, harness, req, row["counts"]
+        ),
+    )
     for row in rows:
-        if not row.get("artifact"):
-            continue
-        if time.monotonic() > deadline:
-            row["compare_error"] = "deadline"
-            continue
-        req = {
-            "cmd": "run",
-            "op": "grouped_gemm",
-            "dtype": DTYPE,
-            "layout": "rcr",
-            "problem": row["problem"],
-            "seed": 0,
-            **COMPARE_TIMING,
-            "abort_us": None,
-        }
-        timers = {"tunehub": artifact_timer(harness, req, row["artifact"])}
-        timers.update(vendor_timers(torch, harness, req, row["counts"]))
-        times = interleaved_medians(timers, row, COMPARE_ROUNDS)
-        torch.cuda.synchronize()
-        row["times_us"] = times
-        if "tunehub" in times:
-            row["speedup"] = {k: v / times["tunehub"] for k, v in times.items() if k != "tunehub"}
+        if "tunehub" in row.get("times_us", {}):
             flops = GroupedGemmProblem(**row["problem"]).flops()
-            row["tunehub_tflops"] = flops / times["tunehub"] / 1e6
-        print(f"[compare] {row['layer']} {row['bucket']}: {times}", flush=True)
+            row["tunehub_tflops"] = flops / row["times_us"]["tunehub"] / 1e6
 
 
 def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -209,36 +164,7 @@ def main() -> int:
         return 0
     if args.out is None:
         parser.error("--out is required")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    deadline = started + args.deadline_s
-    config = EngineConfig(
-        cache_dir=args.cache_dir,
-        bench_seconds=0.05,
-        warmup_seconds=0.03,
-        min_reps=10,
-        compile_timeout_s=240,
-        run_timeout_s=60,
-    )
-    rows = phase_tune(args, config, deadline - args.compare_reserve_s)
-    meta: dict[str, Any] = {
-        "tune_wall_seconds": round(time.monotonic() - started, 1),
-        "compare_rounds": COMPARE_ROUNDS,
-        "command": "python3 " + " ".join(sys.argv),
-    }
-    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
-    phase_compare(rows, deadline)
-    import torch
-
-    meta.update(
-        device=torch.cuda.get_device_name(0),
-        date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        torch=torch.__version__,
-    )
-    payload = {"meta": meta, "totals": totals(rows), "rows": rows}
-    args.out.write_text(json.dumps(payload, indent=1, default=str))
-    print(json.dumps(payload["totals"]), flush=True)
-    return 0
+    return run(args, phase_tune, phase_compare, totals, COMPARE_ROUNDS)
 
 
 if __name__ == "__main__":
