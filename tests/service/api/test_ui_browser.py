@@ -168,6 +168,12 @@ def k_of(label: str) -> int:
     return int(match.group(1))
 
 
+def follow(browser: webdriver.Chrome, link: WebElement, url_part: str) -> None:
+    """Clicks a link and waits until the browser is on the page it leads to."""
+    link.click()
+    WebDriverWait(browser, 20).until(lambda b: url_part in b.current_url)
+
+
 def test_a_finished_cpu_job_in_the_browser(
     tuned: Tuned, browser: webdriver.Chrome, tmp_path: Path
 ) -> None:
@@ -176,7 +182,7 @@ def test_a_finished_cpu_job_in_the_browser(
     assert len(rows) == 1 and "done" in rows[0].text
     assert not browser.find_elements(By.CSS_SELECTOR, "meta[http-equiv=refresh]")
     save_screenshot(browser, tmp_path, "ui-jobs.png")
-    rows[0].find_element(By.TAG_NAME, "a").click()
+    follow(browser, rows[0].find_element(By.TAG_NAME, "a"), f"/ui/jobs/{tuned.job_id}")
 
     assert browser.current_url.endswith(f"/ui/jobs/{tuned.job_id}")
     candidates = browser.find_elements(By.CSS_SELECTOR, "table#candidates tbody tr.candidate")
@@ -194,7 +200,9 @@ def test_a_finished_cpu_job_in_the_browser(
     assert len(browser.find_elements(By.CSS_SELECTOR, "#plots svg line.ceiling")) == 1
     save_screenshot(browser, tmp_path, "ui-job.png")
 
-    browser.find_element(By.CSS_SELECTOR, "table#candidates a").click()
+    follow(
+        browser, browser.find_element(By.CSS_SELECTOR, "table#candidates a"), "/ui/measurements/"
+    )
     assert "/ui/measurements/" in browser.current_url
     assert browser.find_elements(By.CSS_SELECTOR, "table#readings tr.reading")
     assert "cpu" in browser.find_element(By.CSS_SELECTOR, "table#device").text
@@ -221,7 +229,11 @@ def test_the_search_views_and_the_compare_page(
     tuned: Tuned, browser: webdriver.Chrome, tmp_path: Path
 ) -> None:
     browser.get(f"{tuned.url}/ui/jobs/{tuned.job_id}")
-    browser.find_elements(By.CSS_SELECTOR, "table#problems a.search-link")[1].click()
+    follow(
+        browser,
+        browser.find_elements(By.CSS_SELECTOR, "table#problems a.search-link")[1],
+        "/problems/",
+    )
     assert "/problems/" in browser.current_url
     scatters = browser.find_elements(By.CSS_SELECTOR, "#scatters svg.scatter")
     assert scatters, "no scatter of time against a parameter"
@@ -242,7 +254,10 @@ def test_the_search_views_and_the_compare_page(
     browser.find_element(By.NAME, "a").send_keys(tuned.job_id)
     browser.find_element(By.NAME, "b").send_keys(tuned.job_id)
     browser.find_element(By.CSS_SELECTOR, "form.compare button").click()
-    rows = browser.find_elements(By.CSS_SELECTOR, "table#compare tbody tr.compare-row")
+    # the click submits a GET form: wait for the answer page, not the form still shown
+    rows = WebDriverWait(browser, 20).until(
+        lambda b: b.find_elements(By.CSS_SELECTOR, "table#compare tbody tr.compare-row")
+    )
     assert len(rows) == len(KS)
     assert column(browser, "compare", 8) == ["1.00×"] * len(KS)  # a job against itself
     save_screenshot(browser, tmp_path, "ui-compare.png")
@@ -256,7 +271,7 @@ def test_best_configs_page_by_page(
     assert len(browser.find_elements(By.CSS_SELECTOR, "table#best tbody tr.best")) == 2
     assert browser.find_element(By.CSS_SELECTOR, ".count .total").text == str(len(KS))
     first = column(browser, "best", 4)
-    browser.find_element(By.CSS_SELECTOR, "nav.pager a[rel=next]").click()
+    follow(browser, browser.find_element(By.CSS_SELECTOR, "nav.pager a[rel=next]"), "page=2")
     assert "page=2" in browser.current_url
     assert column(browser, "best", 4) == [f"m=64 k={KS[-1]} kind=sum"]
     assert [k_of(p) for p in first] == list(KS[:2])
