@@ -3,7 +3,8 @@
     backend.device()                       -> DeviceInfo (the device key and its provenance)
     backend.toolchain(space)               -> Toolchain  (compiler + template version + libs)
     backend.build(variants)                -> {variant_id: CompileResult}, cached and parallel
-    backend.run(variant, artifact, request, abort_above_us) -> BenchResult
+    backend.run(variant, artifact, request, abort_above_us) -> BenchResult (each backend's
+                                              ``measure(Trial)`` does the work)
     backend.discover(request, arch)        -> [params] found on the device (vendor algorithms)
     backend.artifact(variant)              -> (path, BuildRecord): a loadable shared object of
                                               one variant exporting the tunehub C ABI
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tuner.capabilities import CAPABILITIES, Capabilities
 from tuner.errors import ToolchainError
@@ -28,12 +30,31 @@ from tuner.types import (
     CompileResult,
     DeviceInfo,
     EngineConfig,
+    Outcome,
     Toolchain,
     TuneRequest,
     Variant,
 )
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "Trial"]
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One run of a built variant on a problem: what :meth:`Backend.run` was asked to do."""
+
+    variant: Variant
+    #: the path of the variant's built shared object
+    artifact: str
+    request: TuneRequest
+    #: stop early (outcome ABORTED_SLOW) once the variant is surely slower than this
+    abort_above_us: float | None = None
+
+    def failed(self) -> BenchResult:
+        """The variant's result before it ran: a runtime error, no timing (each backend
+        replaces what it learns)."""
+        variant = self.variant
+        return BenchResult(variant.id, variant.name, dict(variant.params), Outcome.RUNTIME_ERROR)
 
 
 class Backend(ABC):
@@ -74,14 +95,22 @@ class Backend(ABC):
     @abstractmethod
     def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]: ...
 
-    @abstractmethod
     def run(
         self,
         variant: Variant,
         artifact: str,
         request: TuneRequest,
         abort_above_us: float | None = None,
-    ) -> BenchResult: ...
+    ) -> BenchResult:
+        """Verify ``variant`` (built at ``artifact``) on ``request``'s problem, then time it;
+        give up early once it is surely slower than ``abort_above_us``. Backends implement
+        :meth:`measure`."""
+        return self.measure(Trial(variant, artifact, request, abort_above_us))
+
+    @abstractmethod
+    def measure(self, trial: Trial) -> BenchResult:
+        """The work of :meth:`run` (module doc: a failure is the result's outcome, never an
+        exception)."""
 
     def discover(self, request: TuneRequest, arch: str) -> list[Params]:
         """Candidates that only the device can name for this problem (e.g. the algorithms a

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner import stats
-from tuner.backends.base import Backend
+from tuner.backends.base import Backend, Trial
 from tuner.backends.cuda_artifact import BUILD_FLAGS, cuda_record
 from tuner.backends.cuda_process import HarnessProcess, HarnessTimeout
 from tuner.compile import CompileCache, build_variants
@@ -362,16 +362,11 @@ class CudaBackend(Backend):
             raise DeviceError(f"copy bandwidth measurement failed: {answer.get('log', answer)}")
         return float(answer["gb_per_s"])
 
-    def run(
-        self,
-        variant: Variant,
-        artifact: str,
-        request: TuneRequest,
-        abort_above_us: float | None = None,
-    ) -> BenchResult:
+    def measure(self, trial: Trial) -> BenchResult:
+        request = trial.request
         payload = {
             "cmd": "run",
-            "artifact": str(artifact),
+            "artifact": str(trial.artifact),
             "op": request.op,
             "dtype": request.dtype,
             "layout": request.layout,
@@ -385,9 +380,9 @@ class CudaBackend(Backend):
             ),
             "min_samples": self.config.min_reps,
             "max_samples": self.config.max_reps,
-            "abort_us": abort_above_us,
+            "abort_us": trial.abort_above_us,
         }
-        base = BenchResult(variant.id, variant.name, variant.params, Outcome.RUNTIME_ERROR)
+        base = trial.failed()
         started = time.monotonic()
         try:
             answer = self.request(payload, self.config.run_timeout_s)

@@ -28,7 +28,7 @@ from service.schemas.worker import (
     WorkerOut,
     WorkerRegister,
 )
-from tuner.backends.base import Backend
+from tuner.backends.base import Backend, Trial
 from tuner.errors import DeviceError
 from tuner.problems import ReduceProblem
 from tuner.types import (
@@ -39,7 +39,6 @@ from tuner.types import (
     Outcome,
     Timing,
     Toolchain,
-    TuneRequest,
     Variant,
 )
 
@@ -92,13 +91,8 @@ class FakeBackend(Backend):
     def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]:
         return {v.id: CompileResult(v.id, True, "/dev/null", 0.01, False) for v in variants}
 
-    def run(
-        self,
-        variant: Variant,
-        artifact: str,
-        request: TuneRequest,
-        abort_above_us: float | None = None,
-    ) -> BenchResult:
+    def measure(self, trial: Trial) -> BenchResult:
+        variant = trial.variant
         self.runs += 1
         if self.before_run:
             self.before_run(self.runs)
