@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from tuner.backends.base import Backend, Trial
+from tuner.backends.base import Backend
 from tuner.capabilities import Capabilities
 from tuner.spaces.base import VariantSpace
 from tuner.types import (
@@ -26,6 +26,7 @@ from tuner.types import (
     Outcome,
     Timing,
     Toolchain,
+    Trial,
     Variant,
 )
 

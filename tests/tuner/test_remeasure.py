@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.tuner.cpu_helpers import quick_config
-from tuner.backends.base import Backend, Trial
+from tuner.backends.base import Backend
 from tuner.engine import tune
 from tuner.problems import ReduceProblem
 from tuner.spaces.base import VariantSpace
@@ -20,6 +20,7 @@ from tuner.types import (
     Outcome,
     Timing,
     Toolchain,
+    Trial,
     TuneRequest,
     Variant,
 )

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from tuner.capabilities import CAPABILITIES, Capabilities
 from tuner.errors import ToolchainError
@@ -30,31 +29,13 @@ from tuner.types import (
     CompileResult,
     DeviceInfo,
     EngineConfig,
-    Outcome,
     Toolchain,
+    Trial,
     TuneRequest,
     Variant,
 )
 
-__all__ = ["Backend", "Trial"]
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One run of a built variant on a problem: what :meth:`Backend.run` was asked to do."""
-
-    variant: Variant
-    #: the path of the variant's built shared object
-    artifact: str
-    request: TuneRequest
-    #: stop early (outcome ABORTED_SLOW) once the variant is surely slower than this
-    abort_above_us: float | None = None
-
-    def failed(self) -> BenchResult:
-        """The variant's result before it ran: a runtime error, no timing (each backend
-        replaces what it learns)."""
-        variant = self.variant
-        return BenchResult(variant.id, variant.name, dict(variant.params), Outcome.RUNTIME_ERROR)
+__all__ = ["Backend"]
 
 
 class Backend(ABC):

@@ -37,7 +37,7 @@ import numpy as np
 from tuner import stats, winner
 from tuner.abi import abi_dims
 from tuner.backends import cpu_host
-from tuner.backends.base import Backend, Trial
+from tuner.backends.base import Backend
 from tuner.backends.cpu_artifact import cpu_artifact
 from tuner.backends.cpu_batch import RUNNER_SOURCE, batch_source, runner_key, symbol_prefix
 from tuner.backends.cpu_runner import RunnerServer
@@ -56,6 +56,7 @@ from tuner.types import (
     EngineConfig,
     Outcome,
     Toolchain,
+    Trial,
     TuneRequest,
     Variant,
 )

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner import stats
-from tuner.backends.base import Backend, Trial
+from tuner.backends.base import Backend
 from tuner.backends.cuda_artifact import BUILD_FLAGS, cuda_record
 from tuner.backends.cuda_process import HarnessProcess, HarnessTimeout
 from tuner.compile import CompileCache, build_variants
@@ -41,6 +41,7 @@ from tuner.types import (
     EngineConfig,
     Outcome,
     Toolchain,
+    Trial,
     TuneRequest,
     Variant,
 )

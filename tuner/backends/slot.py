@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from tuner.backends.base import Backend, Trial
+from tuner.backends.base import Backend
 from tuner.capabilities import Capabilities
 from tuner.registry import load_backend_class
 from tuner.spaces.base import Params, VariantSpace
@@ -29,6 +29,7 @@ from tuner.types import (
     DeviceInfo,
     EngineConfig,
     Toolchain,
+    Trial,
     TuneRequest,
     Variant,
 )

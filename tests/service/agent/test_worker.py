@@ -28,7 +28,7 @@ from service.schemas.worker import (
     WorkerOut,
     WorkerRegister,
 )
-from tuner.backends.base import Backend, Trial
+from tuner.backends.base import Backend
 from tuner.errors import DeviceError
 from tuner.problems import ReduceProblem
 from tuner.types import (
@@ -39,6 +39,7 @@ from tuner.types import (
     Outcome,
     Timing,
     Toolchain,
+    Trial,
     Variant,
 )
 
