@@ -26,6 +26,7 @@ __all__ = [
     "Problem",
     "GemmProblem",
     "Conv2dProblem",
+    "RowsProblem",
     "ReduceProblem",
     "SoftmaxProblem",
     "RmsNormProblem",
@@ -262,13 +263,20 @@ class Conv2dProblem(Problem):
 
 
 @dataclass(frozen=True)
-class ReduceProblem(Problem):
-    """y[m] = reduce(x[m, k]) over the last dim; ``kind`` is sum, max or mean."""
+class RowsProblem(Problem):
+    """Base of the ops over the rows of x[m, k] (reduce, softmax, rms_norm): each row of k
+    elements is one unit of work."""
 
-    op: ClassVar[str] = "reduce"
     dim_names: ClassVar[tuple[str, ...]] = ("m", "k")
     m: int
     k: int
+
+
+@dataclass(frozen=True)
+class ReduceProblem(RowsProblem):
+    """y[m] = reduce(x[m, k]) over the last dim; ``kind`` is sum, max or mean."""
+
+    op: ClassVar[str] = "reduce"
     kind: str = "sum"
 
     def __post_init__(self) -> None:
@@ -281,29 +289,23 @@ class ReduceProblem(Problem):
 
 
 @dataclass(frozen=True)
-class SoftmaxProblem(Problem):
+class SoftmaxProblem(RowsProblem):
     """y[m, k] = softmax(x[m, k]) over the last dim."""
 
     op: ClassVar[str] = "softmax"
-    dim_names: ClassVar[tuple[str, ...]] = ("m", "k")
-    m: int
-    k: int
 
     def operand_sizes(self) -> dict[str, int]:
         return {"x": self.m * self.k, "y": self.m * self.k}
 
 
 @dataclass(frozen=True)
-class RmsNormProblem(Problem):
+class RmsNormProblem(RowsProblem):
     """y[m, k] = w[k] * (x[m, k] * rsqrt(mean_k(x[m, k]^2) + eps)), as Hugging Face's Llama,
     Mistral and Qwen2 RMSNorm computes it: accumulated in f32, rounded once to the storage
     dtype. Inputs x [m, k] and w [k], output y [m, k]. ``eps`` is a run-time value of the
     kernel (``tuner.abi``), not part of the problem: it does not change the speed."""
 
     op: ClassVar[str] = "rms_norm"
-    dim_names: ClassVar[tuple[str, ...]] = ("m", "k")
-    m: int
-    k: int
 
     def operand_sizes(self) -> dict[str, int]:
         return {"x": self.m * self.k, "w": self.k, "y": self.m * self.k}

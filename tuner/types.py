@@ -25,6 +25,7 @@ __all__ = [
     "CompileResult",
     "Timing",
     "BenchResult",
+    "Trial",
     "ProblemResult",
     "ABI_VERSION",
     "BuildRecord",
@@ -229,6 +230,25 @@ class BenchResult:
     @property
     def ok(self) -> bool:
         return self.outcome is Outcome.OK and self.timing is not None
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One run of a built variant on a problem: what
+    :meth:`tuner.backends.base.Backend.run` was asked to do."""
+
+    variant: Variant
+    #: the path of the variant's built shared object
+    artifact: str
+    request: TuneRequest
+    #: stop early (outcome ABORTED_SLOW) once the variant is surely slower than this
+    abort_above_us: float | None = None
+
+    def failed(self) -> BenchResult:
+        """The variant's result before it ran: a runtime error, no timing (each backend
+        replaces what it learns)."""
+        variant = self.variant
+        return BenchResult(variant.id, variant.name, dict(variant.params), Outcome.RUNTIME_ERROR)
 
 
 @dataclass

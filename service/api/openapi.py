@@ -47,6 +47,7 @@ __all__ = [
     "problem_schema",
     "ERROR_SCHEMA",
     "described",
+    "conditional_get",
 ]
 
 ERROR_SCHEMA: dict[str, Any] = {
@@ -78,6 +79,12 @@ _JOB_PROBLEMS = ("JobCreate", "problems")
 def described(answers: dict[int, str]) -> dict[int | str, dict[str, Any]]:
     """A route's ``responses``: each status with the text that says when it is answered."""
     return {status: {"description": text} for status, text in answers.items()}
+
+
+def conditional_get(not_found: str) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` of a lookup answered through :func:`service.api.caching.conditional`:
+    the 304 of an unchanged answer, and the 404 that says what was not found."""
+    return described({304: "unchanged since the ETag sent in If-None-Match", 404: not_found})
 
 
 def _dim_schema(name: str) -> dict[str, Any]:

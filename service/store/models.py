@@ -106,6 +106,17 @@ class ResultKeyColumns:
     toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
 
 
+class ClientKeyColumns:
+    """A client result's key: what a client measurement and a client best config both carry
+    (``op`` is an op family such as ``triton:<kernel hash>``, ``key_text`` the canonical
+    autotune key)."""
+
+    op: Mapped[str] = mapped_column(String(80))
+    key_text: Mapped[str] = mapped_column(Text)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
+
+
 #: what makes two results "the same" (one best config each); measurements carry these columns too
 BEST_CONFIG_KEY = ("op", "dtype", "layout", "problem_key", "device_id", "toolchain_id")
 
@@ -368,7 +379,7 @@ class TokenDevice(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
-class ClientMeasurement(Base):
+class ClientMeasurement(ClientKeyColumns, Base):
     """A config of a client's own kernel (e.g. a Triton autotune candidate), as the client
     timed it. Kept apart from worker-verified measurements; ``op`` is ``triton:<hash>``."""
 
@@ -376,12 +387,9 @@ class ClientMeasurement(Base):
     __table_args__ = (Index("ix_client_measurements_key", "op", "key_text", "device_id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    op: Mapped[str] = mapped_column(String(80))
+    # op, key_text, device_id, toolchain_id: the client result's key (ClientKeyColumns)
     kernel_name: Mapped[str] = mapped_column(String(200))
     key: Mapped[dict[str, Any]] = mapped_column()
-    key_text: Mapped[str] = mapped_column(Text)
-    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
-    toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
     config_name: Mapped[str] = mapped_column(String(300))
     params: Mapped[dict[str, Any]] = mapped_column()
     outcome: Mapped[str] = mapped_column(String(32))
@@ -395,7 +403,7 @@ class ClientMeasurement(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
-class ClientBestConfig(Base):
+class ClientBestConfig(ClientKeyColumns, Base):
     """The winner per client key; a separate table, so it cannot touch best_configs."""
 
     __tablename__ = "client_best_configs"
@@ -406,10 +414,7 @@ class ClientBestConfig(Base):
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    op: Mapped[str] = mapped_column(String(80))
-    key_text: Mapped[str] = mapped_column(Text)
-    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
-    toolchain_id: Mapped[int] = mapped_column(ForeignKey("toolchains.id"))
+    # op, key_text, device_id, toolchain_id: the client result's key (ClientKeyColumns)
     measurement_id: Mapped[int] = mapped_column(ForeignKey("client_measurements.id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

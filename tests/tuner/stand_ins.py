@@ -26,7 +26,7 @@ from tuner.types import (
     Outcome,
     Timing,
     Toolchain,
-    TuneRequest,
+    Trial,
     Variant,
 )
 
@@ -111,13 +111,8 @@ class StandInBackend(Backend):
             self.events.append(("build", variant.name))
         return {v.id: CompileResult(v.id, True, "stand-in.so", 0.0, False) for v in variants}
 
-    def run(
-        self,
-        variant: Variant,
-        artifact: str,
-        request: TuneRequest,
-        abort_above_us: float | None = None,
-    ) -> BenchResult:
+    def measure(self, trial: Trial) -> BenchResult:
+        variant, abort_above_us = trial.variant, trial.abort_above_us
         self.events.append(("run", variant.name))
         us = self.script.time_us(variant.name)
         role = self.script.role(variant.name)

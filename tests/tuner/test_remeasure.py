@@ -20,6 +20,7 @@ from tuner.types import (
     Outcome,
     Timing,
     Toolchain,
+    Trial,
     TuneRequest,
     Variant,
 )
@@ -58,13 +59,8 @@ class ScriptedBackend(Backend):
     def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]:
         return {v.id: CompileResult(v.id, True, "artifact", 0.0, True) for v in variants}
 
-    def run(
-        self,
-        variant: Variant,
-        artifact: str,
-        request: TuneRequest,
-        abort_above_us: float | None = None,
-    ) -> BenchResult:
+    def measure(self, trial: Trial) -> BenchResult:
+        variant, abort_above_us = trial.variant, trial.abort_above_us
         n = self.script.calls.get(variant.name, 0)
         self.script.calls[variant.name] = n + 1
         runs = self.script.runs.get(variant.name, [(self.default_us, False)])

@@ -3,7 +3,8 @@
     backend.device()                       -> DeviceInfo (the device key and its provenance)
     backend.toolchain(space)               -> Toolchain  (compiler + template version + libs)
     backend.build(variants)                -> {variant_id: CompileResult}, cached and parallel
-    backend.run(variant, artifact, request, abort_above_us) -> BenchResult
+    backend.run(variant, artifact, request, abort_above_us) -> BenchResult (each backend's
+                                              ``measure(Trial)`` does the work)
     backend.discover(request, arch)        -> [params] found on the device (vendor algorithms)
     backend.artifact(variant)              -> (path, BuildRecord): a loadable shared object of
                                               one variant exporting the tunehub C ABI
@@ -29,6 +30,7 @@ from tuner.types import (
     DeviceInfo,
     EngineConfig,
     Toolchain,
+    Trial,
     TuneRequest,
     Variant,
 )
@@ -74,14 +76,22 @@ class Backend(ABC):
     @abstractmethod
     def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]: ...
 
-    @abstractmethod
     def run(
         self,
         variant: Variant,
         artifact: str,
         request: TuneRequest,
         abort_above_us: float | None = None,
-    ) -> BenchResult: ...
+    ) -> BenchResult:
+        """Verify ``variant`` (built at ``artifact``) on ``request``'s problem, then time it;
+        give up early once it is surely slower than ``abort_above_us``. Backends implement
+        :meth:`measure`."""
+        return self.measure(Trial(variant, artifact, request, abort_above_us))
+
+    @abstractmethod
+    def measure(self, trial: Trial) -> BenchResult:
+        """The work of :meth:`run` (module doc: a failure is the result's outcome, never an
+        exception)."""
 
     def discover(self, request: TuneRequest, arch: str) -> list[Params]:
         """Candidates that only the device can name for this problem (e.g. the algorithms a

@@ -56,6 +56,7 @@ from tuner.types import (
     EngineConfig,
     Outcome,
     Toolchain,
+    Trial,
     TuneRequest,
     Variant,
 )
@@ -347,14 +348,8 @@ class CpuBackend(Backend):
             repr(cfg.run_timeout_s),
         ]
 
-    def run(
-        self,
-        variant: Variant,
-        artifact: str,
-        request: TuneRequest,
-        abort_above_us: float | None = None,
-    ) -> BenchResult:
-        base = BenchResult(variant.id, variant.name, dict(variant.params), Outcome.RUNTIME_ERROR)
+    def measure(self, trial: Trial) -> BenchResult:
+        base, request = trial.failed(), trial.request
         data = self._problem_data(request)
         self._runs += 1
         output = self._workdir / f"out-{self._runs}.bin"
@@ -364,11 +359,16 @@ class CpuBackend(Backend):
             output.with_name(output.name + ".err"),
         ]
         before = cpu_host.host_snapshot()
-        abort = float(abort_above_us) if abort_above_us and abort_above_us > 0 else 0.0
+        limit = trial.abort_above_us
+        abort = float(limit) if limit and limit > 0 else 0.0
         try:
             server = self._server(request, data)
             reply = server.ask(
-                artifact, symbol_prefix(variant.id), output, abort, self.config.run_timeout_s + 10
+                trial.artifact,
+                symbol_prefix(trial.variant.id),
+                output,
+                abort,
+                self.config.run_timeout_s + 10,
             )
             if reply is None:  # the runner itself is gone or stuck: start a new one next time
                 why = server.failure()

@@ -41,6 +41,7 @@ from tuner.types import (
     EngineConfig,
     Outcome,
     Toolchain,
+    Trial,
     TuneRequest,
     Variant,
 )
@@ -362,16 +363,11 @@ class CudaBackend(Backend):
             raise DeviceError(f"copy bandwidth measurement failed: {answer.get('log', answer)}")
         return float(answer["gb_per_s"])
 
-    def run(
-        self,
-        variant: Variant,
-        artifact: str,
-        request: TuneRequest,
-        abort_above_us: float | None = None,
-    ) -> BenchResult:
+    def measure(self, trial: Trial) -> BenchResult:
+        request = trial.request
         payload = {
             "cmd": "run",
-            "artifact": str(artifact),
+            "artifact": str(trial.artifact),
             "op": request.op,
             "dtype": request.dtype,
             "layout": request.layout,
@@ -385,9 +381,9 @@ class CudaBackend(Backend):
             ),
             "min_samples": self.config.min_reps,
             "max_samples": self.config.max_reps,
-            "abort_us": abort_above_us,
+            "abort_us": trial.abort_above_us,
         }
-        base = BenchResult(variant.id, variant.name, variant.params, Outcome.RUNTIME_ERROR)
+        base = trial.failed()
         started = time.monotonic()
         try:
             answer = self.request(payload, self.config.run_timeout_s)

@@ -29,6 +29,7 @@ from tuner.types import (
     DeviceInfo,
     EngineConfig,
     Toolchain,
+    Trial,
     TuneRequest,
     Variant,
 )
@@ -177,15 +178,12 @@ class SlotBackend(Backend):
     def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]:
         return self.builds.build(self.inner, variants)
 
-    def run(
-        self,
-        variant: Variant,
-        artifact: str,
-        request: TuneRequest,
-        abort_above_us: float | None = None,
-    ) -> BenchResult:
+    def measure(self, trial: Trial) -> BenchResult:
+        # through the inner backend's run: a backend that wraps its own run keeps doing so
         with _pinned(self.slot.cpus):
-            result = self.inner.run(variant, artifact, request, abort_above_us)
+            result = self.inner.run(
+                trial.variant, trial.artifact, trial.request, trial.abort_above_us
+            )
         provenance = dict(result.provenance)
         provenance["slot"] = self.slot.label
         if self.slot.cpus:

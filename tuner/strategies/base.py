@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from tuner.spaces.base import Params
 
-__all__ = ["Strategy"]
+__all__ = ["Strategy", "FixedOrderStrategy"]
 
 
 class Strategy(ABC):
@@ -37,3 +37,24 @@ class Strategy(ABC):
 
     def tell(self, index: int, score: float | None) -> None:  # noqa: B027 - optional hook
         """Report the measured score of a candidate (``None``: it failed)."""
+
+
+class FixedOrderStrategy(Strategy):
+    """A strategy that decides its whole order up front (:meth:`order`) and asks it in
+    turn; what it is told changes nothing."""
+
+    def __init__(
+        self, candidates: Sequence[Params], seed: int = 0, budget: int | None = None
+    ) -> None:
+        super().__init__(candidates, seed, budget)
+        self._order = self.order()
+        self._next = 0
+
+    @abstractmethod
+    def order(self) -> list[int]:
+        """Every candidate index once, in the order to ask them."""
+
+    def ask(self, n: int) -> list[int]:
+        start, stop = self._next, min(self._next + max(n, 0), len(self._order))
+        self._next = stop
+        return self._order[start:stop]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tuner.spaces.base import Params
-from tuner.strategies.base import Strategy
+from tuner.strategies.base import FixedOrderStrategy
 
 __all__ = ["ExhaustiveStrategy", "stratified_order"]
 
@@ -70,18 +70,9 @@ def stratified_order(candidates: Sequence[Params]) -> list[int]:
     return order
 
 
-class ExhaustiveStrategy(Strategy):
+class ExhaustiveStrategy(FixedOrderStrategy):
     name = "exhaustive"
 
-    def __init__(
-        self, candidates: Sequence[Params], seed: int = 0, budget: int | None = None
-    ) -> None:
-        super().__init__(candidates, seed, budget)
-        cut = budget is not None and budget < len(self.candidates)
-        self._order = stratified_order(self.candidates) if cut else list(range(len(candidates)))
-        self._next = 0
-
-    def ask(self, n: int) -> list[int]:
-        start, stop = self._next, min(self._next + max(n, 0), len(self._order))
-        self._next = stop
-        return self._order[start:stop]
+    def order(self) -> list[int]:
+        cut = self.budget is not None and self.budget < len(self.candidates)
+        return stratified_order(self.candidates) if cut else list(range(len(self.candidates)))

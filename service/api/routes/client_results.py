@@ -17,7 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from service.api.caching import conditional
 from service.api.deps import DeviceQuery, SessionDep, ToolchainQuery, require_read, require_scope
-from service.api.openapi import described
+from service.api.openapi import conditional_get
 from service.errors import InvalidInput
 from service.schemas.client_results import (
     CLIENT_OP_PATTERN,
@@ -64,12 +64,7 @@ def _parse_key(text: str) -> dict[str, Any]:
     "/v1/client-configs/best",
     response_model=ClientBestOut,
     dependencies=[Depends(require_read)],
-    responses=described(
-        {
-            304: "unchanged since the ETag sent in If-None-Match",
-            404: "no client-measured config for this key",
-        }
-    ),
+    responses=conditional_get("no client-measured config for this key"),
 )
 def client_best(
     request: Request,

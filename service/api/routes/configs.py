@@ -19,7 +19,7 @@ from service.api.deps import (
     require_read_async,
     require_scope,
 )
-from service.api.openapi import described
+from service.api.openapi import conditional_get
 from service.errors import InvalidInput, RequestError
 from service.schemas.common import BackendName, DType, Op, SafeStr
 from service.schemas.configs import (
@@ -52,12 +52,7 @@ def _lookup(maker: sessionmaker[Session], query: LookupQuery) -> bytes:
     "/v1/configs/best",
     response_model=BestConfigOut,
     dependencies=[Depends(require_read_async)],
-    responses=described(
-        {
-            304: "the answer has not changed since the ETag in If-None-Match",
-            404: "not tuned yet, and no tuned problem near it",
-        }
-    ),
+    responses=conditional_get("not tuned yet, and no tuned problem near it"),
 )
 async def best_config(
     request: Request,

@@ -39,7 +39,7 @@ from tuner.types import (
     Outcome,
     Timing,
     Toolchain,
-    TuneRequest,
+    Trial,
     Variant,
 )
 
@@ -92,13 +92,8 @@ class FakeBackend(Backend):
     def build(self, variants: Sequence[Variant]) -> dict[str, CompileResult]:
         return {v.id: CompileResult(v.id, True, "/dev/null", 0.01, False) for v in variants}
 
-    def run(
-        self,
-        variant: Variant,
-        artifact: str,
-        request: TuneRequest,
-        abort_above_us: float | None = None,
-    ) -> BenchResult:
+    def measure(self, trial: Trial) -> BenchResult:
+        variant = trial.variant
         self.runs += 1
         if self.before_run:
             self.before_run(self.runs)
