@@ -1,5 +1,5 @@
 """The process-wide state of the PyTorch ops: configuration, the client, one resolved kernel
-per (op, layout, dtype, dims, device), the shapes seen and the active recorders.
+per (op, epilogue, layout, dtype, dims, device), the shapes seen and the active recorders.
 
 The first call of a shape resolves it (:meth:`Runtime.entry`, under a lock): ask the
 client's on-disk answer cache, then the service; check the distance bound; load the winner's
@@ -61,6 +61,10 @@ __all__ = [
     "Runtime",
     "RUNTIME",
     "DTYPES",
+    "DTYPE_NAMES",
+    "NO_EPILOGUE",
+    "SCALED_OUT_CODES",
+    "SCALING_CODES",
     "problem_of",
 ]
 
@@ -69,17 +73,32 @@ log = logging.getLogger(__name__)
 LOAD_POLICIES = ("artifact", "source", "auto")
 #: torch dtypes the kernels take, by tunehub's name
 DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+#: every dtype a shape key may hold, by tunehub's name (FP8 e4m3: scaled_mm's inputs only)
+DTYPE_NAMES: dict[torch.dtype, str] = {**DTYPES}
+if hasattr(torch, "float8_e4m3fn"):
+    DTYPE_NAMES[torch.float8_e4m3fn] = "e4m3"
+#: a problem without a fused epilogue (the epilogue is left out of its dims and key)
+NO_EPILOGUE = "none"
+#: scaled_gemm's out_dtype and scaling codes, ABI dims 4 and 5 (tuner.fp8 defines them; a
+#: test checks these agree)
+SCALED_OUT_CODES = ("bf16", "f16")
+SCALING_CODES = ("per_tensor", "block")
 _REDUCE_KINDS = ("sum", "max", "mean")
 _CONV_DIMS = ("n", "h", "w", "c", "k", "r", "s", "stride", "pad", "dilation")
 #: ids and digests the service sends become folder names: nothing else may reach a path
 _SAFE_NAME = re.compile(r"^[0-9A-Za-z_-]{1,128}$")
 
 
-def problem_of(op: str, dims: Sequence[int]) -> dict[str, Any]:
+def problem_of(op: str, dims: Sequence[int], epilogue: str = NO_EPILOGUE) -> dict[str, Any]:
     """The problem of ``op`` whose ABI dims are ``dims`` (reduce: kind code last; rms_norm:
-    the eps bits last, not part of the problem)."""
+    the eps bits last, not part of the problem; scaled_gemm: the out_dtype and scaling codes
+    last). A gemm's fused ``epilogue`` joins the problem unless it is none."""
     if op == "gemm":
-        return {"m": dims[0], "n": dims[1], "k": dims[2]}
+        problem = {"m": dims[0], "n": dims[1], "k": dims[2]}
+        return problem if epilogue == NO_EPILOGUE else {**problem, "epilogue": epilogue}
+    if op == "scaled_gemm":
+        codes = {"out_dtype": SCALED_OUT_CODES[dims[3]], "scaling": SCALING_CODES[dims[4]]}
+        return {"m": dims[0], "n": dims[1], "k": dims[2], **codes}
     if op == "reduce":
         return {"m": dims[0], "k": dims[1], "kind": _REDUCE_KINDS[dims[2]]}
     if op in ("softmax", "rms_norm"):
@@ -262,9 +281,17 @@ class Runtime:
     # -- the slow path: resolve a shape once ------------------------------------------------
 
     def entry(
-        self, op: str, layout: str, dtype: torch.dtype, dims: Sequence[int], device: torch.device
+        self,
+        op: str,
+        layout: str,
+        dtype: torch.dtype,
+        dims: Sequence[int],
+        device: torch.device,
+        epilogue: str = NO_EPILOGUE,
     ) -> Entry:
-        key = (op, layout, dtype, tuple(dims), device)
+        """The resolved kernel of (op, epilogue, layout, dtype, dims, device), resolving it on
+        its first call; ``Runtime.kernels`` holds it under that key."""
+        key = (op, epilogue, layout, dtype, tuple(dims), device)
         with self._lock:
             found = self.kernels.get(key)
             if found is not None:
@@ -274,11 +301,11 @@ class Runtime:
                 name = device_key(device)
             except (ValueError, RuntimeError) as exc:
                 name = f"{device.type}:?"
-                stat = self._stat(op, layout, dtype, dims, name)
+                stat = self._stat(op, layout, dtype, dims, name, epilogue)
                 entry = Entry(stat, None, dims)
                 self.fell_back(stat, Fallback("unsupported", str(exc)))
             else:
-                stat = self._stat(op, layout, dtype, dims, name)
+                stat = self._stat(op, layout, dtype, dims, name, epilogue)
                 try:
                     library = self._resolve(stat, list(dims))
                     entry = Entry(stat, library, dims)
@@ -292,9 +319,10 @@ class Runtime:
 
     @staticmethod
     def _stat(
-        op: str, layout: str, dtype: torch.dtype, dims: Sequence[int], device: str
+        op: str, layout: str, dtype: torch.dtype, dims: Sequence[int], device: str, epilogue: str
     ) -> ShapeStat:
-        return ShapeStat(op, DTYPES[dtype], layout, problem_of(op, dims), device, source="")
+        problem = problem_of(op, dims, epilogue)
+        return ShapeStat(op, DTYPE_NAMES[dtype], layout, problem, device, source="")
 
     def fell_back(self, stat: ShapeStat, fallback: Fallback) -> None:
         """Say once (a warning) that this shape runs torch's op, and record it."""

@@ -12,6 +12,10 @@ Ops (also ``torch.ops.tunehub.<name>``, custom ops with fake kernels: ``torch.co
 fullgraph=True)`` traces them and CUDA graph capture records their launches):
 
 - ``linear(x, weight, bias=None)``: gemm ``rcr`` (m = product of x's leading dims);
+- ``linear(x, weight, bias, activation="relu" | "gelu" | "silu" | "gated_silu")``: the bias
+  and the activation fused into the gemm's epilogue (``torch.ops.tunehub.linear_bias_relu``
+  etc.); gated_silu: ``silu(gate) * up`` of a weight holding the gate rows, then the up rows
+  (vLLM's merged ``gate_up_proj``), output n/2 columns;
 - ``matmul(a, b)``: 2-D gemm ``rrr``;
 - ``softmax(x, dim=-1)``, ``sum(x, dim=-1, keepdim=False)``: over the last dim;
 - ``rms_norm(x, weight, eps=1e-6)``: y = w * x * rsqrt(mean(x^2) + eps), f32 statistics;
@@ -70,6 +74,7 @@ __all__ = [
     "patch",
     "unpatch",
     "linear",
+    "ACTIVATIONS",
     "matmul",
     "softmax",
     "sum",
@@ -87,6 +92,8 @@ __all__ = [
 ]
 
 rms_norm_reference = _ops.rms_norm_reference
+#: what ``linear(..., activation=)`` fuses into the gemm's epilogue
+ACTIVATIONS = tuple(_ops.EPILOGUE_OF_ACTIVATION)
 
 
 def configure(
@@ -158,14 +165,50 @@ def _autograd(*tensors: torch.Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear`` through a tuned gemm (rcr): ``x @ weight.T + bias``."""
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    activation: str | None = None,
+) -> torch.Tensor:
+    """``F.linear`` through a tuned gemm (rcr): ``x @ weight.T + bias``.
+
+    With ``activation`` (one of :data:`ACTIVATIONS`) the bias and the activation run in the
+    kernel's epilogue, before its one store: ``relu``, ``gelu`` (exact, erf) and ``silu`` of
+    ``x @ weight.T + bias``; ``gated_silu``: ``silu(h[..., :n/2]) * h[..., n/2:]`` of
+    ``h = x @ weight.T + bias``, for a weight [n, k] holding the gate projection's rows, then
+    the up projection's (``torch.cat([w_gate, w_up])``), output [..., n/2]. A fused problem is
+    tuned on its own (``epilogue`` in the problem); where it has no answer torch's unfused pair
+    runs (``F.linear``, then the activation). Without a bias the kernel gets zeros.
+    Without ``activation`` the product is tuned as a plain gemm and torch adds the bias."""
+    if activation is not None:
+        return _fused_linear(x, weight, bias, activation)
     if _autograd(x, weight, bias):
         _eager_note("gemm", x, "rcr", "autograd (tunehub kernels are inference only)")
         return F.linear(x, weight, bias)
     if torch.compiler.is_compiling():
         return torch.ops.tunehub.linear(x, weight, bias)
     return _ops.linear_kernel(x, weight, bias)
+
+
+def _fused_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str
+) -> torch.Tensor:
+    epilogue = _ops.EPILOGUE_OF_ACTIVATION.get(activation)
+    if epilogue is None:
+        raise ValueError(f"activation must be one of {ACTIVATIONS} or None, not {activation!r}")
+    if epilogue == "gated_silu" and weight.shape[0] % 2:
+        raise ValueError(
+            f"gated_silu needs a weight of an even number of rows (gate, then up), "
+            f"got {tuple(weight.shape)}"
+        )
+    if _autograd(x, weight, bias):
+        _eager_note("gemm", x, "rcr", "autograd (tunehub kernels are inference only)")
+        return _ops.fused_linear_reference(x, weight, bias, epilogue)
+    if torch.compiler.is_compiling():
+        return getattr(torch.ops.tunehub, f"linear_{epilogue}")(x, weight, bias)
+    return _ops.fused_linear_kernel(x, weight, bias, epilogue)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,9 @@
 //   -DFIXTURE_K_MULTIPLE=N   tunehub_can_run refuses (2, misaligned) a k that is not a multiple
 //   -DFIXTURE_WORKSPACE=N    asks for N bytes of workspace and writes all of them
 //   -DFIXTURE_RUN_FAILS      tunehub_run returns 5 (launch failed)
+//   -DFIXTURE_EPILOGUE=N     GEMM_RCR with a fused epilogue, the bias its third input:
+//                            1 bias_relu, 2 bias_gelu, 3 bias_silu, 4 gated_silu (output
+//                            [m, n/2]: silu(gate + b) * (up + b), gate the first n/2 columns)
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +22,19 @@
 #ifndef FIXTURE_WORKSPACE
 #define FIXTURE_WORKSPACE 0
 #endif
+#ifndef FIXTURE_EPILOGUE
+#define FIXTURE_EPILOGUE 0
+#endif
+
+static double activate(double v) {
+  switch (FIXTURE_EPILOGUE) {
+    case 1: return v > 0 ? v : 0;
+    case 2: return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    case 3:
+    case 4: return v / (1.0 + std::exp(-v));
+    default: return v;
+  }
+}
 
 #if defined(FIXTURE_GEMM_RCR) || defined(FIXTURE_GEMM_RRR)
 static const int kDims = 3;
@@ -50,6 +66,7 @@ EXPORT int tunehub_can_run(const int64_t* dims, int n_dims) {
     if (dims[i] < 0) return 1;
   }
   if (dims[kKIndex] % FIXTURE_K_MULTIPLE != 0) return 2;
+  if (FIXTURE_EPILOGUE == 4 && dims[1] % 2 != 0) return 2;
   return 0;
 }
 
@@ -72,18 +89,31 @@ EXPORT int tunehub_run(const void* const* inputs, void* output, const int64_t* d
 #if defined(FIXTURE_GEMM_RCR) || defined(FIXTURE_GEMM_RRR)
   const float* b = static_cast<const float*>(inputs[1]);
   int64_t m = dims[0], n = dims[1], k = dims[2];
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double acc = 0.0;
-      for (int64_t p = 0; p < k; ++p) {
+  auto dot = [&](int64_t i, int64_t j) {
+    double acc = 0.0;
+    for (int64_t p = 0; p < k; ++p) {
 #ifdef FIXTURE_GEMM_RCR
-        acc += (double)x[i * k + p] * b[j * k + p];
+      acc += (double)x[i * k + p] * b[j * k + p];
 #else
-        acc += (double)x[i * k + p] * b[p * n + j];
+      acc += (double)x[i * k + p] * b[p * n + j];
 #endif
-      }
-      y[i * n + j] = (float)acc;
     }
+    return acc;
+  };
+#if FIXTURE_EPILOGUE == 0
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) y[i * n + j] = (float)dot(i, j);
+#elif FIXTURE_EPILOGUE == 4
+  const float* bias = static_cast<const float*>(inputs[2]);
+  int64_t half = n / 2;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < half; ++j)
+      y[i * half + j] = (float)(activate(dot(i, j) + bias[j]) * (dot(i, j + half) + bias[j + half]));
+#else
+  const float* bias = static_cast<const float*>(inputs[2]);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) y[i * n + j] = (float)activate(dot(i, j) + bias[j]);
+#endif
 #elif defined(FIXTURE_SUM)
   int64_t m = dims[0], k = dims[1];
   if (dims[2] != 0) return 3;  // sums only
