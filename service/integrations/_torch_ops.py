@@ -33,6 +33,11 @@ __all__ = [
     "conv2d_kernel",
     "rms_norm_reference",
     "OPS",
+    "Definition",
+    "register",
+    "kernel_entry",
+    "ready",
+    "CUDA_ONLY",
 ]
 
 #: the pointer alignment the kernels' vector loads need (torch's allocations have 512)
@@ -40,6 +45,8 @@ _ALIGN = 16
 #: how many leading ABI dims are sizes (reduce's kind, rms_norm's eps and conv2d's stride,
 #: pad and dilation follow them)
 _SIZE_DIMS = {"gemm": 3, "reduce": 2, "softmax": 2, "rms_norm": 2, "conv2d": 7, "scaled_gemm": 3}
+#: ops whose tuned kernels exist for CUDA tensors only (their spaces have no CPU family)
+CUDA_ONLY = {"scaled_gemm"}
 #: float32 +inf: eps bit patterns from here up are refused (as the kernels refuse them)
 _INFINITY_BITS = 0x7F800000
 
@@ -63,12 +70,19 @@ def _kernel(
         why = f"dtype {x.dtype} (tunehub kernels take float16, bfloat16, float32)"
     elif x.device.type not in ("cpu", "cuda"):
         why = f"{x.device.type} tensors"
+    elif op in CUDA_ONLY and x.device.type != "cuda":
+        why = f"{x.device.type} tensors ({op} has CUDA kernels only)"
     elif min(dims[: _SIZE_DIMS[op]]) <= 0:
         why = "an empty operand"
     else:
         return RUNTIME.entry(op, layout, x.dtype, dims, x.device, epilogue)
     RUNTIME.note_unsupported(op, x, layout, why)
     return None
+
+
+#: for the op modules beside this one (FP8)
+ready = _ready
+kernel_entry = _kernel
 
 
 def _same(x: torch.Tensor, *others: torch.Tensor | None) -> bool:
@@ -358,8 +372,10 @@ def _conv2d_fake(
 
 # -- registration ------------------------------------------------------------------------------
 
-#: name: (schema, real kernel, fake kernel)
-_DEFINITIONS: dict[str, tuple[str, Callable[..., torch.Tensor], Callable[..., torch.Tensor]]] = {
+#: (schema, real kernel, fake kernel) of one op
+Definition = tuple[str, Callable[..., torch.Tensor], Callable[..., torch.Tensor]]
+#: name: definition
+_DEFINITIONS: dict[str, Definition] = {
     "linear": ("(Tensor x, Tensor weight, Tensor? bias) -> Tensor", linear_kernel, _linear_fake),
     "matmul": ("(Tensor a, Tensor b) -> Tensor", matmul_kernel, _matmul_fake),
     "softmax": ("(Tensor x) -> Tensor", softmax_kernel, _softmax_fake),
@@ -377,14 +393,17 @@ _DEFINITIONS: dict[str, tuple[str, Callable[..., torch.Tensor], Callable[..., to
 }
 
 
-def _register() -> dict[str, object]:
-    ops: dict[str, object] = {}
-    for name, (schema, real, fake) in _DEFINITIONS.items():
+#: the registered ops (also reachable as ``torch.ops.tunehub.<name>``)
+OPS: dict[str, object] = {}
+
+
+def register(definitions: dict[str, Definition]) -> None:
+    """Register each as the custom op ``tunehub::<name>`` with its fake kernel, in :data:`OPS`
+    (the FP8 module registers its op through here too)."""
+    for name, (schema, real, fake) in definitions.items():
         op = torch.library.custom_op(f"tunehub::{name}", real, mutates_args=(), schema=schema)
         op.register_fake(fake)
-        ops[name] = op
-    return ops
+        OPS[name] = op
 
 
-#: the registered ops (also reachable as ``torch.ops.tunehub.<name>``)
-OPS = _register()
+register(_DEFINITIONS)

@@ -32,11 +32,9 @@ library, service down with nothing cached) or the call is one tunehub has no ker
 dim other than the last, float64, groups, autograd), torch's op runs: said once per shape
 (a warning), counted per call in :func:`stats`.
 
-FP8 (issue 26, item 4; not yet an op here): ``scaled_mm(a, b, scale_a, scale_b, out_dtype,
-scaling)`` goes beside ``linear`` (``torch.ops.tunehub.scaled_mm``), running the ``scaled_gemm``
-problem (dtype e4m3, layout rcr, ABI dims ``tuner.abi.abi_dims``: [m, n, k, out code, scaling
-code], inputs [a, b, scale_a, scale_b] laid out as ``tuner.fp8`` says) with
-``torch._scaled_mm`` as its fallback; docs/fp8.md lists what the runtime needs for it.
+- ``scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, scaling="per_tensor")``:
+  FP8 e4m3 ``(scale_a * a) @ (scale_b * b).T`` for b [n, k] (the weight as nn.Linear stores
+  it), the ``scaled_gemm`` problem, CUDA only; fallback ``torch._scaled_mm(a, b.t(), ...)``.
 
 Configuration: :func:`configure`, else ``TUNEHUB_SERVER``, ``TUNEHUB_TOKEN``,
 ``TUNEHUB_CLIENT_CACHE`` (answers, artifacts, builds), ``TUNEHUB_TORCH_LOAD``
@@ -55,6 +53,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from service.integrations import _torch_fp8 as _fp8
 from service.integrations import _torch_ops as _ops
 from service.integrations._torch_record import ShapeRecorder
 from service.integrations._torch_runtime import LOAD_POLICIES, RUNTIME, ArtifactClient, TorchConfig
@@ -76,6 +75,8 @@ __all__ = [
     "linear",
     "ACTIVATIONS",
     "matmul",
+    "scaled_mm",
+    "SCALINGS",
     "softmax",
     "sum",
     "rms_norm",
@@ -94,6 +95,8 @@ __all__ = [
 rms_norm_reference = _ops.rms_norm_reference
 #: what ``linear(..., activation=)`` fuses into the gemm's epilogue
 ACTIVATIONS = tuple(_ops.EPILOGUE_OF_ACTIVATION)
+#: what ``scaled_mm(..., scaling=)`` takes
+SCALINGS = _fp8.SCALINGS
 
 
 def configure(
@@ -220,6 +223,28 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling():
         return torch.ops.tunehub.matmul(a, b)
     return _ops.matmul_kernel(a, b)
+
+
+def scaled_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+    scaling: str = "per_tensor",
+) -> torch.Tensor:
+    """FP8 GEMM with scales: ``(scale_a * a) @ (scale_b * b).T`` in ``out_dtype``, through a
+    tuned ``scaled_gemm`` kernel (float8_e4m3fn operands on CUDA; bfloat16 or float16 out).
+
+    ``a`` [m, k]; ``b`` [n, k], the weight as ``nn.Linear`` stores it (``torch._scaled_mm``
+    takes ``b.t()``); float32 scales: ``per_tensor`` one value each, ``block`` ``scale_a``
+    [m, k/128] (one per row and 128-wide K block) and ``scale_b`` [n/128, k/128] (one per
+    128x128 block of b). A per-tensor and a block call, or two output dtypes, are different
+    problems. Fallback: ``torch._scaled_mm`` (where it refuses, e.g. block scales on the CPU,
+    the dequantized float32 product). Bad shapes or scales are a ValueError."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tunehub.scaled_mm(a, b, scale_a, scale_b, out_dtype, scaling)
+    return _fp8.scaled_mm_kernel(a, b, scale_a, scale_b, out_dtype, scaling)
 
 
 def _last_dim(x: torch.Tensor, dim: int) -> bool:

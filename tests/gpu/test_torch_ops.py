@@ -127,11 +127,10 @@ def assert_close(got: list[torch.Tensor], want: list[torch.Tensor], dtype: torch
         )
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """``tunehub serve`` with its local CUDA worker; the ops' shapes recorded (no server
-    configured: every shape falls back and is recorded) and tuned with --from-file."""
-    root = tmp_path_factory.mktemp("torch-gpu")
+def serve_and_tune(root: Path, record: Callable[[], None], min_shapes: int) -> Iterator[Server]:
+    """Body of a module's ``server`` fixture: ``tunehub serve`` with its local CUDA worker;
+    ``record()`` runs the ops with no server configured (every shape falls back and is
+    recorded; at least ``min_shapes``), and ``tunehub tune --from-file`` tunes them."""
     data = root / "data"
     cache = Path(os.environ.get("TUNEHUB_GPU_TEST_CACHE", str(root / "cache")))
     port = _free_port()
@@ -169,9 +168,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         tunehub_torch.reset(configuration=True)
         tunehub_torch.configure(cache_dir=root / "unused")
         with torch.inference_mode(), tunehub_torch.record(shapes) as recorder:
-            for dtype in DTYPES:
-                run_all(inputs(dtype))
-        assert recorder.written >= 8, shapes.read_text()
+            record()
+        assert recorder.written >= min_shapes, shapes.read_text()
         budget = os.environ.get("TUNEHUB_GPU_TEST_MAX_VARIANTS", "2")
         done = subprocess.run(
             [sys.executable, "-m", "service.cli", "tune", "--from-file", str(shapes),
@@ -190,6 +188,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The ops' shapes, recorded and tuned by a live server's local CUDA worker."""
+
+    def record() -> None:
+        for dtype in DTYPES:
+            run_all(inputs(dtype))
+
+    yield from serve_and_tune(tmp_path_factory.mktemp("torch-gpu"), record, min_shapes=8)
 
 
 @pytest.fixture

@@ -2,13 +2,16 @@
 // ("tunehub-1", kernel_templates/cuda/_tunehub_abi.cuh) so the PyTorch ops' loader and
 // dispatch are tested against real compiled code. Compiled by tests/service/torch_helpers.py
 // with one of -DFIXTURE_GEMM_RCR, -DFIXTURE_GEMM_RRR, -DFIXTURE_SUM, -DFIXTURE_SOFTMAX,
-// -DFIXTURE_RMS_NORM, -DFIXTURE_CONV2D, and optionally:
+// -DFIXTURE_RMS_NORM, -DFIXTURE_CONV2D, -DFIXTURE_SCALED_GEMM, and optionally:
 //   -DFIXTURE_K_MULTIPLE=N   tunehub_can_run refuses (2, misaligned) a k that is not a multiple
 //   -DFIXTURE_WORKSPACE=N    asks for N bytes of workspace and writes all of them
 //   -DFIXTURE_RUN_FAILS      tunehub_run returns 5 (launch failed)
 //   -DFIXTURE_EPILOGUE=N     GEMM_RCR with a fused epilogue, the bias its third input:
 //                            1 bias_relu, 2 bias_gelu, 3 bias_silu, 4 gated_silu (output
 //                            [m, n/2]: silu(gate + b) * (up + b), gate the first n/2 columns)
+// FIXTURE_SCALED_GEMM takes the scaled_gemm ABI (tuner/fp8.py): a [m, k] and b [n, k] e4m3
+// bytes, a_scale, b_scale f32 (block: a_scale M-major [k/128, m], b_scale [n/128, k/128]),
+// dims [m, n, k, out_code, scaling_code]; it writes bf16 only (out_code 1 is refused, 3).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -52,6 +55,10 @@ static const char* kName = "fixture softmax";
 static const int kDims = 3;
 static const int kKIndex = 1;
 static const char* kName = "fixture rms_norm";
+#elif defined(FIXTURE_SCALED_GEMM)
+static const int kDims = 5;
+static const int kKIndex = 2;
+static const char* kName = "fixture scaled_gemm";
 #elif defined(FIXTURE_CONV2D)
 static const int kDims = 10;
 static const int kKIndex = 3;  // c: the reduction's inner dim
@@ -67,8 +74,29 @@ EXPORT int tunehub_can_run(const int64_t* dims, int n_dims) {
   }
   if (dims[kKIndex] % FIXTURE_K_MULTIPLE != 0) return 2;
   if (FIXTURE_EPILOGUE == 4 && dims[1] % 2 != 0) return 2;
+#ifdef FIXTURE_SCALED_GEMM
+  if (dims[3] != 0) return 3;  // bf16 out only
+  if (dims[4] == 1 && (dims[1] % 128 != 0 || dims[2] % 128 != 0)) return 3;
+#endif
   return 0;
 }
+
+#ifdef FIXTURE_SCALED_GEMM
+static float e4m3(uint8_t code) {  // float8_e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits
+  int exponent = (code >> 3) & 0xF, mantissa = code & 0x7;
+  if ((code & 0x7F) == 0x7F) return NAN;
+  float value = exponent == 0 ? std::ldexp(mantissa / 8.0f, -6)
+                              : std::ldexp(1.0f + mantissa / 8.0f, exponent - 7);
+  return (code & 0x80) ? -value : value;
+}
+
+static uint16_t to_bf16(float value) {  // round to nearest even
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  bits += 0x7FFF + ((bits >> 16) & 1);
+  return (uint16_t)(bits >> 16);
+}
+#endif
 
 EXPORT size_t tunehub_workspace_bytes(const int64_t*, int) { return FIXTURE_WORKSPACE; }
 
@@ -144,6 +172,26 @@ EXPORT int tunehub_run(const void* const* inputs, void* output, const int64_t* d
     float scale = 1.0f / std::sqrt((float)(squares / k) + eps);
     for (int64_t p = 0; p < k; ++p) y[i * k + p] = w[p] * (x[i * k + p] * scale);
   }
+#elif defined(FIXTURE_SCALED_GEMM)
+  (void)x;
+  (void)y;
+  const uint8_t* qa = static_cast<const uint8_t*>(inputs[0]);
+  const uint8_t* qb = static_cast<const uint8_t*>(inputs[1]);
+  const float* sa = static_cast<const float*>(inputs[2]);
+  const float* sb = static_cast<const float*>(inputs[3]);
+  uint16_t* d = static_cast<uint16_t*>(output);
+  int64_t m = dims[0], n = dims[1], k = dims[2];
+  bool block = dims[4] == 1;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        double scale = block ? (double)sa[(p / 128) * m + i] * sb[(j / 128) * (k / 128) + p / 128]
+                             : (double)sa[0] * sb[0];
+        acc += (double)e4m3(qa[i * k + p]) * e4m3(qb[j * k + p]) * scale;
+      }
+      d[i * n + j] = to_bf16((float)acc);
+    }
 #elif defined(FIXTURE_CONV2D)
   const float* w = static_cast<const float*>(inputs[1]);
   int64_t N = dims[0], H = dims[1], W = dims[2], C = dims[3], K = dims[4], R = dims[5],
