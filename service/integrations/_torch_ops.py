@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from service.integrations._torch_runtime import DTYPE_NAMES, DTYPES, NO_EPILOGUE, RUNTIME, Entry
+from service.integrations._torch_runtime import DTYPE_NAMES, NO_EPILOGUE, RUNTIME, Entry
 
 __all__ = [
     "linear_kernel",
@@ -44,9 +44,12 @@ __all__ = [
 _ALIGN = 16
 #: how many leading ABI dims are sizes (reduce's kind, rms_norm's eps and conv2d's stride,
 #: pad and dilation follow them)
-_SIZE_DIMS = {"gemm": 3, "reduce": 2, "softmax": 2, "rms_norm": 2, "conv2d": 7, "scaled_gemm": 3}
+_SIZE_DIMS = {"gemm": 3, "reduce": 2, "softmax": 2, "rms_norm": 2, "conv2d": 7, "scaled_gemm": 3,
+              "grouped_gemm": 5}  # fmt: skip
 #: ops whose tuned kernels exist for CUDA tensors only (their spaces have no CPU family)
-CUDA_ONLY = {"scaled_gemm"}
+CUDA_ONLY = {"scaled_gemm", "grouped_gemm"}
+#: the dtypes of ops that do not take f16, bf16 and f32 (tuner.problems.OP_DTYPES)
+_OP_DTYPES = {"scaled_gemm": ("e4m3",), "grouped_gemm": ("f16", "bf16")}
 #: float32 +inf: eps bit patterns from here up are refused (as the kernels refuse them)
 _INFINITY_BITS = 0x7F800000
 
@@ -57,17 +60,23 @@ def _ready(t: torch.Tensor) -> torch.Tensor:
 
 
 def _kernel(
-    op: str, layout: str, x: torch.Tensor, dims: tuple[int, ...], epilogue: str = NO_EPILOGUE
+    op: str,
+    layout: str,
+    x: torch.Tensor,
+    dims: tuple[int, ...],
+    epilogue: str = NO_EPILOGUE,
+    run_dims: list[int] | None = None,
 ) -> Entry | None:
     """The shape's entry: one dict lookup once resolved. The first call checks what tunehub
-    has kernels for (a call it has none for is noted, and gets None) and resolves the shape."""
+    has kernels for (a call it has none for is noted, and gets None) and resolves the shape
+    (``run_dims``: its full ABI dims where ``dims``, the key, are not all of them)."""
     entry = RUNTIME.kernels.get((op, epilogue, layout, x.dtype, dims, x.device))
     if entry is not None:
         return entry
-    if op == "scaled_gemm" and DTYPE_NAMES.get(x.dtype) != "e4m3":
-        why = f"dtype {x.dtype} (scaled_mm takes float8_e4m3fn)"
-    elif op != "scaled_gemm" and x.dtype not in DTYPES:
-        why = f"dtype {x.dtype} (tunehub kernels take float16, bfloat16, float32)"
+    takes = _OP_DTYPES.get(op, ("f16", "bf16", "f32"))
+    if DTYPE_NAMES.get(x.dtype) not in takes:
+        names = ", ".join(str(t)[6:] for t, name in DTYPE_NAMES.items() if name in takes)
+        why = f"dtype {x.dtype} (tunehub's {op} kernels take {names})"
     elif x.device.type not in ("cpu", "cuda"):
         why = f"{x.device.type} tensors"
     elif op in CUDA_ONLY and x.device.type != "cuda":
@@ -75,7 +84,7 @@ def _kernel(
     elif min(dims[: _SIZE_DIMS[op]]) <= 0:
         why = "an empty operand"
     else:
-        return RUNTIME.entry(op, layout, x.dtype, dims, x.device, epilogue)
+        return RUNTIME.entry(op, layout, x.dtype, dims, x.device, epilogue, run_dims)
     RUNTIME.note_unsupported(op, x, layout, why)
     return None
 
@@ -194,21 +203,9 @@ def _fused_linear(epilogue: str) -> tuple[Callable[..., torch.Tensor], Callable[
     return real, fake
 
 
-# -- the seam for a grouped_mm op (issue 26, items 2 and 4; docs/grouped_gemm.md) ----------------
-# ``tunehub::grouped_mm(a, weight, offs)`` goes here, beside linear_kernel, as one more entry of
-# _DEFINITIONS, with torch._grouped_mm's meaning: a [tokens, k] stacked by expert, weight
-# [E, n, k] (each expert's as nn.Linear stores it), offs the int32 cumulative tokens per expert;
-# fake kernel ``a.new_empty((a.shape[0], weight.shape[1]))``; fallback torch._grouped_mm(a,
-# weight.transpose(-2, -1), offs=offs). The tuned kernels exist (op grouped_gemm, CUDA only).
-# What it needs here: (1) the shape key is the bucket, not the counts: ``tuner.moe.bucket_of``
-# of the counts gives (tokens, skew), and RUNTIME.entry must key on (E, n, k, tokens, skew);
-# ``_torch_runtime.problem_of`` builds the GroupedGemmProblem from those five dims; (2) the
-# ABI takes the counts as host dims after the five (tuner/abi.py), so offs must come to the
-# host: one device-to-host copy and a sync per call, which a CUDA graph cannot capture. A
-# capturable op needs a variant ABI that reads offs on the device (the decode kernel's work list
-# and the CUTLASS setup kernel would then be built on the device); until that exists, MoE
-# layers keep calling torch._grouped_mm, and a serving stack can call a tuned artifact through
-# the C ABI directly with the counts it already has on the host.
+# grouped_mm (issue 26, items 2 and 4) is in _torch_grouped.py: its shape key is the token bucket
+# (E, n, k, tokens, skew) and the kernel's dims add the tokens per expert each call (Entry.launch's
+# ``dims``), which it copies to the host, so it is not capturable (docs/grouped_gemm.md).
 
 
 def matmul_kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

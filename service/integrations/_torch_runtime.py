@@ -85,6 +85,7 @@ SCALED_OUT_CODES = ("bf16", "f16")
 SCALING_CODES = ("per_tensor", "block")
 _REDUCE_KINDS = ("sum", "max", "mean")
 _CONV_DIMS = ("n", "h", "w", "c", "k", "r", "s", "stride", "pad", "dilation")
+_GROUPED_DIMS = ("experts", "n", "k", "tokens", "skew")
 #: ids and digests the service sends become folder names: nothing else may reach a path
 _SAFE_NAME = re.compile(r"^[0-9A-Za-z_-]{1,128}$")
 
@@ -105,6 +106,8 @@ def problem_of(op: str, dims: Sequence[int], epilogue: str = NO_EPILOGUE) -> dic
         return {"m": dims[0], "k": dims[1]}
     if op == "conv2d":
         return dict(zip(_CONV_DIMS, dims, strict=True))
+    if op == "grouped_gemm":  # the bucket; the tokens per expert are not in the key
+        return dict(zip(_GROUPED_DIMS, dims[:5], strict=True))
     raise ValueError(f"unknown op {op!r}")
 
 
@@ -160,7 +163,7 @@ class Entry:
     """The resolved kernel of one shape: a loaded library with its ABI dims ready, or a
     fallback (``library`` None)."""
 
-    __slots__ = ("library", "dims", "n_dims", "workspace", "stat", "cuda")
+    __slots__ = ("library", "dims", "n_dims", "workspace", "stat", "cuda", "refused")
 
     def __init__(self, stat: ShapeStat, library: KernelLibrary | None, dims: Sequence[int]):
         self.stat = stat
@@ -169,24 +172,45 @@ class Entry:
         self.n_dims = len(dims)
         self.workspace = library.workspace_bytes(dims) if library is not None else 0
         self.cuda = stat.device.startswith("cuda:")
+        #: tunehub_can_run codes already said for per-call dims
+        self.refused: set[int] = set()
 
-    def launch(self, inputs: Sequence[torch.Tensor], output: torch.Tensor) -> bool:
+    def launch(
+        self,
+        inputs: Sequence[torch.Tensor],
+        output: torch.Tensor,
+        dims: Sequence[int] | None = None,
+    ) -> bool:
         """Run the kernel on torch's current stream; False (after saying why, once) when it
-        returned an error, and the shape falls back from then on."""
+        returned an error, and the shape falls back from then on. ``dims``: this call's ABI
+        dims where they change per call within one shape key (grouped_mm's tokens per
+        expert): asked of ``tunehub_can_run`` each call, a refusal falls back for that call."""
         library = self.library
         if library is None:
             return False
         if self.cuda and output.device.index != torch.cuda.current_device():
             with torch.cuda.device(output.device):  # kernels launch on the current device
-                return self.launch(inputs, output)
+                return self.launch(inputs, output, dims)
+        array, n_dims, workspace_bytes = self.dims, self.n_dims, self.workspace
+        if dims is not None:
+            code = library.can_run(dims)
+            if code != 0:
+                if code not in self.refused:
+                    self.refused.add(code)
+                    log.warning("tunehub %s %s: tunehub_can_run refused dims %s (%s); this "
+                                "call runs torch's op", self.stat.op, self.stat.problem,
+                                list(dims), reason_text(code))  # fmt: skip
+                return False
+            array, n_dims = int64_array(dims), len(dims)
+            workspace_bytes = library.workspace_bytes(dims)
         pointers = (ctypes.c_void_p * len(inputs))(*[t.data_ptr() for t in inputs])
         workspace = None
-        if self.workspace:
-            buffer = torch.empty(self.workspace, dtype=torch.uint8, device=output.device)
+        if workspace_bytes:
+            buffer = torch.empty(workspace_bytes, dtype=torch.uint8, device=output.device)
             workspace = buffer.data_ptr()
         stream = torch.cuda.current_stream(output.device).cuda_stream if self.cuda else None
         code = library.run(
-            pointers, output.data_ptr(), self.dims, self.n_dims, workspace, self.workspace, stream
+            pointers, output.data_ptr(), array, n_dims, workspace, workspace_bytes, stream
         )
         if code == 0:
             self.stat.tunehub_calls += 1
@@ -288,10 +312,14 @@ class Runtime:
         dims: Sequence[int],
         device: torch.device,
         epilogue: str = NO_EPILOGUE,
+        run_dims: Sequence[int] | None = None,
     ) -> Entry:
         """The resolved kernel of (op, epilogue, layout, dtype, dims, device), resolving it on
-        its first call; ``Runtime.kernels`` holds it under that key."""
+        its first call; ``Runtime.kernels`` holds it under that key. ``run_dims``: the ABI
+        dims of this call where the key's ``dims`` are not all of them (grouped_mm: the
+        bucket; the call adds the tokens per expert); ``tunehub_can_run`` is asked with them."""
         key = (op, epilogue, layout, dtype, tuple(dims), device)
+        abi = list(run_dims if run_dims is not None else dims)
         with self._lock:
             found = self.kernels.get(key)
             if found is not None:
@@ -302,15 +330,15 @@ class Runtime:
             except (ValueError, RuntimeError) as exc:
                 name = f"{device.type}:?"
                 stat = self._stat(op, layout, dtype, dims, name, epilogue)
-                entry = Entry(stat, None, dims)
+                entry = Entry(stat, None, abi)
                 self.fell_back(stat, Fallback("unsupported", str(exc)))
             else:
                 stat = self._stat(op, layout, dtype, dims, name, epilogue)
                 try:
-                    library = self._resolve(stat, list(dims))
-                    entry = Entry(stat, library, dims)
+                    library = self._resolve(stat, abi)
+                    entry = Entry(stat, library, abi)
                 except _Resolved as resolved:
-                    entry = Entry(stat, None, dims)
+                    entry = Entry(stat, None, abi)
                     self.fell_back(stat, resolved.fallback)
             stat.resolve_seconds = time.perf_counter() - start
             self.kernels[key] = entry

@@ -17,6 +17,12 @@ fullgraph=True)`` traces them and CUDA graph capture records their launches):
   etc.); gated_silu: ``silu(gate) * up`` of a weight holding the gate rows, then the up rows
   (vLLM's merged ``gate_up_proj``), output n/2 columns;
 - ``matmul(a, b)``: 2-D gemm ``rrr``;
+- ``scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, scaling="per_tensor")``:
+  FP8 e4m3 ``(scale_a * a) @ (scale_b * b).T`` for b [n, k] (the weight as nn.Linear stores
+  it), the ``scaled_gemm`` problem, CUDA only; fallback ``torch._scaled_mm(a, b.t(), ...)``;
+- ``grouped_mm(a, weight, offs)``: mixture-of-experts grouped GEMM (``torch._grouped_mm``'s
+  meaning, weight [E, n, k]), keyed by the token bucket, CUDA only; it copies ``offs`` to the
+  host (a sync), so under CUDA graph capture it runs ``torch._grouped_mm`` instead;
 - ``softmax(x, dim=-1)``, ``sum(x, dim=-1, keepdim=False)``: over the last dim;
 - ``rms_norm(x, weight, eps=1e-6)``: y = w * x * rsqrt(mean(x^2) + eps), f32 statistics;
 - ``conv2d(x, weight, stride=1, padding=0, dilation=1, *, bias=None, groups=1)``: x and
@@ -31,10 +37,6 @@ Where that fails (no server, not tuned, the nearest tuned shape too far, refused
 library, service down with nothing cached) or the call is one tunehub has no kernel for (a
 dim other than the last, float64, groups, autograd), torch's op runs: said once per shape
 (a warning), counted per call in :func:`stats`.
-
-- ``scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, scaling="per_tensor")``:
-  FP8 e4m3 ``(scale_a * a) @ (scale_b * b).T`` for b [n, k] (the weight as nn.Linear stores
-  it), the ``scaled_gemm`` problem, CUDA only; fallback ``torch._scaled_mm(a, b.t(), ...)``.
 
 Configuration: :func:`configure`, else ``TUNEHUB_SERVER``, ``TUNEHUB_TOKEN``,
 ``TUNEHUB_CLIENT_CACHE`` (answers, artifacts, builds), ``TUNEHUB_TORCH_LOAD``
@@ -54,6 +56,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from service.integrations import _torch_fp8 as _fp8
+from service.integrations import _torch_grouped as _grouped
 from service.integrations import _torch_ops as _ops
 from service.integrations._torch_record import ShapeRecorder
 from service.integrations._torch_runtime import LOAD_POLICIES, RUNTIME, ArtifactClient, TorchConfig
@@ -77,6 +80,7 @@ __all__ = [
     "matmul",
     "scaled_mm",
     "SCALINGS",
+    "grouped_mm",
     "softmax",
     "sum",
     "rms_norm",
@@ -245,6 +249,28 @@ def scaled_mm(
     if torch.compiler.is_compiling():
         return torch.ops.tunehub.scaled_mm(a, b, scale_a, scale_b, out_dtype, scaling)
     return _fp8.scaled_mm_kernel(a, b, scale_a, scale_b, out_dtype, scaling)
+
+
+def grouped_mm(a: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """Mixture-of-experts grouped GEMM: for each expert ``e``, the rows
+    ``a[offs[e-1]:offs[e]]`` times ``weight[e].T``, through a tuned ``grouped_gemm`` kernel
+    (bfloat16 or float16 on CUDA).
+
+    ``a`` [tokens, k], stacked by expert; ``weight`` [E, n, k], each expert's weight as
+    ``nn.Linear`` stores it; ``offs`` int32 [E], the cumulative tokens per expert. Returns
+    [tokens, n] (rows past ``offs[-1]`` are zero). The shape key is the bucket of the tokens
+    per expert (total rounded up to a power of two, max / mean skew), not the counts.
+
+    **Synchronises**: each call copies ``offs`` to the host (the kernels take the counts as
+    host values), so it is not capturable: under CUDA graph capture tunehub's kernel is not
+    used and ``torch._grouped_mm`` is captured instead (said once). The fallback is
+    ``torch._grouped_mm(a, weight.transpose(-2, -1), offs=offs)``."""
+    if _autograd(a, weight):
+        _eager_note("grouped_gemm", a, "rcr", "autograd (tunehub kernels are inference only)")
+        return _grouped.grouped_mm_fallback(a, weight, offs)
+    if torch.compiler.is_compiling():
+        return torch.ops.tunehub.grouped_mm(a, weight, offs)
+    return _grouped.grouped_mm_kernel(a, weight, offs)
 
 
 def _last_dim(x: torch.Tensor, dim: int) -> bool:

@@ -12,6 +12,9 @@
 // FIXTURE_SCALED_GEMM takes the scaled_gemm ABI (tuner/fp8.py): a [m, k] and b [n, k] e4m3
 // bytes, a_scale, b_scale f32 (block: a_scale M-major [k/128, m], b_scale [n/128, k/128]),
 // dims [m, n, k, out_code, scaling_code]; it writes bf16 only (out_code 1 is refused, 3).
+// FIXTURE_GROUPED_GEMM takes the grouped_gemm ABI (tuner/abi.py) in bf16: a [rows, k] stacked
+// by expert, w [E, n, k], dims [E, n, k, tokens, skew, m_0, ..., m_{E-1}]; it refuses counts
+// summing past tokens (3) and, with -DFIXTURE_MAX_PER_EXPERT=N, an expert of more than N (4).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -59,6 +62,13 @@ static const char* kName = "fixture rms_norm";
 static const int kDims = 5;
 static const int kKIndex = 2;
 static const char* kName = "fixture scaled_gemm";
+#elif defined(FIXTURE_GROUPED_GEMM)
+static const int kDims = -1;  // 5 + experts
+static const int kKIndex = 2;
+static const char* kName = "fixture grouped_gemm";
+#ifndef FIXTURE_MAX_PER_EXPERT
+#define FIXTURE_MAX_PER_EXPERT (1 << 30)
+#endif
 #elif defined(FIXTURE_CONV2D)
 static const int kDims = 10;
 static const int kKIndex = 3;  // c: the reduction's inner dim
@@ -68,7 +78,17 @@ static const char* kName = "fixture conv2d";
 #endif
 
 EXPORT int tunehub_can_run(const int64_t* dims, int n_dims) {
+#ifdef FIXTURE_GROUPED_GEMM
+  if (n_dims < 5 || n_dims != 5 + dims[0]) return 1;
+  int64_t routed = 0;
+  for (int i = 5; i < n_dims; ++i) {
+    if (dims[i] > FIXTURE_MAX_PER_EXPERT) return 4;
+    routed += dims[i];
+  }
+  if (routed > dims[3]) return 3;
+#else
   if (n_dims != kDims) return 1;
+#endif
   for (int i = 0; i < n_dims; ++i) {
     if (dims[i] < 0) return 1;
   }
@@ -81,6 +101,24 @@ EXPORT int tunehub_can_run(const int64_t* dims, int n_dims) {
   return 0;
 }
 
+#if defined(FIXTURE_SCALED_GEMM) || defined(FIXTURE_GROUPED_GEMM)
+static float bf16_value(uint16_t half) {
+  uint32_t bits = (uint32_t)half << 16;
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+#endif
+
+#if defined(FIXTURE_SCALED_GEMM) || defined(FIXTURE_GROUPED_GEMM)
+static uint16_t to_bf16(float value) {  // round to nearest even
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  bits += 0x7FFF + ((bits >> 16) & 1);
+  return (uint16_t)(bits >> 16);
+}
+#endif
+
 #ifdef FIXTURE_SCALED_GEMM
 static float e4m3(uint8_t code) {  // float8_e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits
   int exponent = (code >> 3) & 0xF, mantissa = code & 0x7;
@@ -88,13 +126,6 @@ static float e4m3(uint8_t code) {  // float8_e4m3fn: 1 sign, 4 exponent (bias 7)
   float value = exponent == 0 ? std::ldexp(mantissa / 8.0f, -6)
                               : std::ldexp(1.0f + mantissa / 8.0f, exponent - 7);
   return (code & 0x80) ? -value : value;
-}
-
-static uint16_t to_bf16(float value) {  // round to nearest even
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  bits += 0x7FFF + ((bits >> 16) & 1);
-  return (uint16_t)(bits >> 16);
 }
 #endif
 
@@ -192,6 +223,21 @@ EXPORT int tunehub_run(const void* const* inputs, void* output, const int64_t* d
       }
       d[i * n + j] = to_bf16((float)acc);
     }
+#elif defined(FIXTURE_GROUPED_GEMM)
+  (void)x;
+  (void)y;
+  const uint16_t* ga = static_cast<const uint16_t*>(inputs[0]);
+  const uint16_t* gw = static_cast<const uint16_t*>(inputs[1]);
+  uint16_t* gd = static_cast<uint16_t*>(output);
+  int64_t experts = dims[0], n = dims[1], k = dims[2], row = 0;
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t t = 0; t < dims[5 + e]; ++t, ++row)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0.0;
+        for (int64_t p = 0; p < k; ++p)
+          acc += (double)bf16_value(ga[row * k + p]) * bf16_value(gw[(e * n + j) * k + p]);
+        gd[row * n + j] = to_bf16((float)acc);
+      }
 #elif defined(FIXTURE_CONV2D)
   const float* w = static_cast<const float*>(inputs[1]);
   int64_t N = dims[0], H = dims[1], W = dims[2], C = dims[3], K = dims[4], R = dims[5],
