@@ -18,10 +18,14 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from service.integrations._torch_runtime import DTYPES, RUNTIME, Entry
+from service.integrations._torch_runtime import DTYPE_NAMES, NO_EPILOGUE, RUNTIME, Entry
 
 __all__ = [
     "linear_kernel",
+    "fused_linear_kernel",
+    "fused_linear_reference",
+    "fused_columns",
+    "EPILOGUE_OF_ACTIVATION",
     "matmul_kernel",
     "softmax_kernel",
     "sum_kernel",
@@ -29,13 +33,23 @@ __all__ = [
     "conv2d_kernel",
     "rms_norm_reference",
     "OPS",
+    "Definition",
+    "register",
+    "kernel_entry",
+    "ready",
+    "CUDA_ONLY",
 ]
 
 #: the pointer alignment the kernels' vector loads need (torch's allocations have 512)
 _ALIGN = 16
 #: how many leading ABI dims are sizes (reduce's kind, rms_norm's eps and conv2d's stride,
 #: pad and dilation follow them)
-_SIZE_DIMS = {"gemm": 3, "reduce": 2, "softmax": 2, "rms_norm": 2, "conv2d": 7}
+_SIZE_DIMS = {"gemm": 3, "reduce": 2, "softmax": 2, "rms_norm": 2, "conv2d": 7, "scaled_gemm": 3,
+              "grouped_gemm": 5}  # fmt: skip
+#: ops whose tuned kernels exist for CUDA tensors only (their spaces have no CPU family)
+CUDA_ONLY = {"scaled_gemm", "grouped_gemm"}
+#: the dtypes of ops that do not take f16, bf16 and f32 (tuner.problems.OP_DTYPES)
+_OP_DTYPES = {"scaled_gemm": ("e4m3",), "grouped_gemm": ("f16", "bf16")}
 #: float32 +inf: eps bit patterns from here up are refused (as the kernels refuse them)
 _INFINITY_BITS = 0x7F800000
 
@@ -45,22 +59,39 @@ def _ready(t: torch.Tensor) -> torch.Tensor:
     return t if t.data_ptr() % _ALIGN == 0 else t.clone()
 
 
-def _kernel(op: str, layout: str, x: torch.Tensor, dims: tuple[int, ...]) -> Entry | None:
+def _kernel(
+    op: str,
+    layout: str,
+    x: torch.Tensor,
+    dims: tuple[int, ...],
+    epilogue: str = NO_EPILOGUE,
+    run_dims: list[int] | None = None,
+) -> Entry | None:
     """The shape's entry: one dict lookup once resolved. The first call checks what tunehub
-    has kernels for (a call it has none for is noted, and gets None) and resolves the shape."""
-    entry = RUNTIME.kernels.get((op, layout, x.dtype, dims, x.device))
+    has kernels for (a call it has none for is noted, and gets None) and resolves the shape
+    (``run_dims``: its full ABI dims where ``dims``, the key, are not all of them)."""
+    entry = RUNTIME.kernels.get((op, epilogue, layout, x.dtype, dims, x.device))
     if entry is not None:
         return entry
-    if x.dtype not in DTYPES:
-        why = f"dtype {x.dtype} (tunehub kernels take float16, bfloat16, float32)"
+    takes = _OP_DTYPES.get(op, ("f16", "bf16", "f32"))
+    if DTYPE_NAMES.get(x.dtype) not in takes:
+        names = ", ".join(str(t)[6:] for t, name in DTYPE_NAMES.items() if name in takes)
+        why = f"dtype {x.dtype} (tunehub's {op} kernels take {names})"
     elif x.device.type not in ("cpu", "cuda"):
         why = f"{x.device.type} tensors"
+    elif op in CUDA_ONLY and x.device.type != "cuda":
+        why = f"{x.device.type} tensors ({op} has CUDA kernels only)"
     elif min(dims[: _SIZE_DIMS[op]]) <= 0:
         why = "an empty operand"
     else:
-        return RUNTIME.entry(op, layout, x.dtype, dims, x.device)
+        return RUNTIME.entry(op, layout, x.dtype, dims, x.device, epilogue, run_dims)
     RUNTIME.note_unsupported(op, x, layout, why)
     return None
+
+
+#: for the op modules beside this one (FP8)
+ready = _ready
+kernel_entry = _kernel
 
 
 def _same(x: torch.Tensor, *others: torch.Tensor | None) -> bool:
@@ -99,32 +130,82 @@ def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-# -- the seam for fused linear ops (issue 26, item 4; docs/epilogues.md) --------------------------
-# A fused ``linear`` (bias + relu/gelu/silu, or the MLP's gated_silu) goes here, beside
-# linear_kernel, as one more ``tunehub::linear_<epilogue>`` entry of _DEFINITIONS. The tuned
-# kernels exist (problems with ``epilogue``, tuner/epilogues.py: the bias is the kernel's third
-# input, gated_silu's output has n/2 columns); what this library still lacks is the epilogue in
-# its shape key: ``_torch_runtime.problem_of`` builds the gemm problem from the ABI dims alone,
-# so RUNTIME.entry would resolve the *unfused* answer. The change: key entries by (op, epilogue,
-# layout, dtype, dims, device), pass ``{**problem, "epilogue": e}`` to the lookup and the
-# recorder, launch with (a, weight, bias), and a fake kernel of n (n/2 for gated_silu) columns.
-# Until then ``linear`` above adds the bias after the tuned product, as it always did.
+# -- fused linear: bias + activation in the gemm's epilogue (docs/epilogues.md) -----------------
 
-# -- the seam for a grouped_mm op (issue 26, items 2 and 4; docs/grouped_gemm.md) ----------------
-# ``tunehub::grouped_mm(a, weight, offs)`` goes here, beside linear_kernel, as one more entry of
-# _DEFINITIONS, with torch._grouped_mm's meaning: a [tokens, k] stacked by expert, weight
-# [E, n, k] (each expert's as nn.Linear stores it), offs the int32 cumulative tokens per expert;
-# fake kernel ``a.new_empty((a.shape[0], weight.shape[1]))``; fallback torch._grouped_mm(a,
-# weight.transpose(-2, -1), offs=offs). The tuned kernels exist (op grouped_gemm, CUDA only).
-# What it needs here: (1) the shape key is the bucket, not the counts: ``tuner.moe.bucket_of``
-# of the counts gives (tokens, skew), and RUNTIME.entry must key on (E, n, k, tokens, skew);
-# ``_torch_runtime.problem_of`` builds the GroupedGemmProblem from those five dims; (2) the
-# ABI takes the counts as host dims after the five (tuner/abi.py), so offs must come to the
-# host: one device-to-host copy and a sync per call, which a CUDA graph cannot capture. A
-# capturable op needs a variant ABI that reads offs on the device (the decode kernel's work list
-# and the CUTLASS setup kernel would then be built on the device); until that exists, MoE
-# layers keep calling torch._grouped_mm, and a serving stack can call a tuned artifact through
-# the C ABI directly with the counts it already has on the host.
+#: activation -> the gemm epilogue that fuses it with the bias
+EPILOGUE_OF_ACTIVATION = {
+    "relu": "bias_relu",
+    "gelu": "bias_gelu",
+    "silu": "bias_silu",
+    "gated_silu": "gated_silu",
+}
+GATED = "gated_silu"
+
+
+def fused_columns(epilogue: str, n: int) -> int:
+    """Output columns of a fused linear whose weight has ``n`` rows (gated_silu: n/2)."""
+    return n // 2 if epilogue == GATED else n
+
+
+def fused_linear_reference(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, epilogue: str
+) -> torch.Tensor:
+    """torch's unfused pair: ``F.linear`` then the activation (gated_silu: the weight's first
+    n/2 rows are the gate projection, the last n/2 the up projection, as vLLM's merged
+    ``gate_up_proj``: ``silu(gate) * up``)."""
+    y = F.linear(x, weight, bias)
+    if epilogue == GATED:
+        gate, up = y.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    if epilogue == "bias_relu":
+        return F.relu(y)
+    if epilogue == "bias_gelu":
+        return F.gelu(y)  # exact (erf), as the kernels' reference
+    if epilogue == "bias_silu":
+        return F.silu(y)
+    raise ValueError(f"unknown fused epilogue {epilogue!r}")
+
+
+def fused_linear_kernel(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, epilogue: str
+) -> torch.Tensor:
+    """A gemm ``rcr`` problem with ``epilogue``: the kernel takes (a, weight, bias) and
+    writes [m, n] (gated_silu: [m, n/2]); without a bias it gets zeros (one per column)."""
+    k = x.shape[-1]
+    n = weight.shape[0]
+    m = x.numel() // k if k else 0
+    columns = fused_columns(epilogue, n)
+    shapes_ok = weight.dim() == 2 and weight.shape[1] == k and (bias is None or bias.shape == (n,))
+    if shapes_ok and (epilogue != GATED or n % 2 == 0):
+        if not _same(x, weight, bias):
+            _mixed("gemm", x, "rcr")
+        elif (entry := _kernel("gemm", "rcr", x, (m, n, k), epilogue)) is not None:
+            if entry.library is not None:
+                out = torch.empty((m, columns), dtype=x.dtype, device=x.device)
+                a = x if x.dim() == 2 else x.reshape(m, k)
+                b = bias if bias is not None else torch.zeros(n, dtype=x.dtype, device=x.device)
+                if entry.launch((_ready(a), _ready(weight), _ready(b)), out):
+                    return out if x.dim() == 2 else out.view(*x.shape[:-1], columns)
+            entry.stat.fallback_calls += 1
+    return fused_linear_reference(x, weight, bias, epilogue).contiguous()
+
+
+def _fused_linear(epilogue: str) -> tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]]:
+    """The real and fake kernels of ``tunehub::linear_<epilogue>``."""
+
+    def real(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return fused_linear_kernel(x, weight, bias, epilogue)
+
+    def fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return x.new_empty((*x.shape[:-1], fused_columns(epilogue, weight.shape[0])))
+
+    real.__name__ = fake.__name__ = f"linear_{epilogue}"
+    return real, fake
+
+
+# grouped_mm (issue 26, items 2 and 4) is in _torch_grouped.py: its shape key is the token bucket
+# (E, n, k, tokens, skew) and the kernel's dims add the tokens per expert each call (Entry.launch's
+# ``dims``), which it copies to the host, so it is not capturable (docs/grouped_gemm.md).
 
 
 def matmul_kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -288,8 +369,10 @@ def _conv2d_fake(
 
 # -- registration ------------------------------------------------------------------------------
 
-#: name: (schema, real kernel, fake kernel)
-_DEFINITIONS: dict[str, tuple[str, Callable[..., torch.Tensor], Callable[..., torch.Tensor]]] = {
+#: (schema, real kernel, fake kernel) of one op
+Definition = tuple[str, Callable[..., torch.Tensor], Callable[..., torch.Tensor]]
+#: name: definition
+_DEFINITIONS: dict[str, Definition] = {
     "linear": ("(Tensor x, Tensor weight, Tensor? bias) -> Tensor", linear_kernel, _linear_fake),
     "matmul": ("(Tensor a, Tensor b) -> Tensor", matmul_kernel, _matmul_fake),
     "softmax": ("(Tensor x) -> Tensor", softmax_kernel, _softmax_fake),
@@ -300,17 +383,24 @@ _DEFINITIONS: dict[str, tuple[str, Callable[..., torch.Tensor], Callable[..., to
         conv2d_kernel,
         _conv2d_fake,
     ),
+    **{
+        f"linear_{e}": ("(Tensor x, Tensor weight, Tensor? bias) -> Tensor", *_fused_linear(e))
+        for e in EPILOGUE_OF_ACTIVATION.values()
+    },
 }
 
 
-def _register() -> dict[str, object]:
-    ops: dict[str, object] = {}
-    for name, (schema, real, fake) in _DEFINITIONS.items():
+#: the registered ops (also reachable as ``torch.ops.tunehub.<name>``)
+OPS: dict[str, object] = {}
+
+
+def register(definitions: dict[str, Definition]) -> None:
+    """Register each as the custom op ``tunehub::<name>`` with its fake kernel, in :data:`OPS`
+    (the FP8 module registers its op through here too)."""
+    for name, (schema, real, fake) in definitions.items():
         op = torch.library.custom_op(f"tunehub::{name}", real, mutates_args=(), schema=schema)
         op.register_fake(fake)
-        ops[name] = op
-    return ops
+        OPS[name] = op
 
 
-#: the registered ops (also reachable as ``torch.ops.tunehub.<name>``)
-OPS = _register()
+register(_DEFINITIONS)

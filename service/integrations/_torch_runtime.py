@@ -1,5 +1,5 @@
 """The process-wide state of the PyTorch ops: configuration, the client, one resolved kernel
-per (op, layout, dtype, dims, device), the shapes seen and the active recorders.
+per (op, epilogue, layout, dtype, dims, device), the shapes seen and the active recorders.
 
 The first call of a shape resolves it (:meth:`Runtime.entry`, under a lock): ask the
 client's on-disk answer cache, then the service; check the distance bound; load the winner's
@@ -61,6 +61,10 @@ __all__ = [
     "Runtime",
     "RUNTIME",
     "DTYPES",
+    "DTYPE_NAMES",
+    "NO_EPILOGUE",
+    "SCALED_OUT_CODES",
+    "SCALING_CODES",
     "problem_of",
 ]
 
@@ -69,23 +73,41 @@ log = logging.getLogger(__name__)
 LOAD_POLICIES = ("artifact", "source", "auto")
 #: torch dtypes the kernels take, by tunehub's name
 DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+#: every dtype a shape key may hold, by tunehub's name (FP8 e4m3: scaled_mm's inputs only)
+DTYPE_NAMES: dict[torch.dtype, str] = {**DTYPES}
+if hasattr(torch, "float8_e4m3fn"):
+    DTYPE_NAMES[torch.float8_e4m3fn] = "e4m3"
+#: a problem without a fused epilogue (the epilogue is left out of its dims and key)
+NO_EPILOGUE = "none"
+#: scaled_gemm's out_dtype and scaling codes, ABI dims 4 and 5 (tuner.fp8 defines them; a
+#: test checks these agree)
+SCALED_OUT_CODES = ("bf16", "f16")
+SCALING_CODES = ("per_tensor", "block")
 _REDUCE_KINDS = ("sum", "max", "mean")
 _CONV_DIMS = ("n", "h", "w", "c", "k", "r", "s", "stride", "pad", "dilation")
+_GROUPED_DIMS = ("experts", "n", "k", "tokens", "skew")
 #: ids and digests the service sends become folder names: nothing else may reach a path
 _SAFE_NAME = re.compile(r"^[0-9A-Za-z_-]{1,128}$")
 
 
-def problem_of(op: str, dims: Sequence[int]) -> dict[str, Any]:
+def problem_of(op: str, dims: Sequence[int], epilogue: str = NO_EPILOGUE) -> dict[str, Any]:
     """The problem of ``op`` whose ABI dims are ``dims`` (reduce: kind code last; rms_norm:
-    the eps bits last, not part of the problem)."""
+    the eps bits last, not part of the problem; scaled_gemm: the out_dtype and scaling codes
+    last). A gemm's fused ``epilogue`` joins the problem unless it is none."""
     if op == "gemm":
-        return {"m": dims[0], "n": dims[1], "k": dims[2]}
+        problem = {"m": dims[0], "n": dims[1], "k": dims[2]}
+        return problem if epilogue == NO_EPILOGUE else {**problem, "epilogue": epilogue}
+    if op == "scaled_gemm":
+        codes = {"out_dtype": SCALED_OUT_CODES[dims[3]], "scaling": SCALING_CODES[dims[4]]}
+        return {"m": dims[0], "n": dims[1], "k": dims[2], **codes}
     if op == "reduce":
         return {"m": dims[0], "k": dims[1], "kind": _REDUCE_KINDS[dims[2]]}
     if op in ("softmax", "rms_norm"):
         return {"m": dims[0], "k": dims[1]}
     if op == "conv2d":
         return dict(zip(_CONV_DIMS, dims, strict=True))
+    if op == "grouped_gemm":  # the bucket; the tokens per expert are not in the key
+        return dict(zip(_GROUPED_DIMS, dims[:5], strict=True))
     raise ValueError(f"unknown op {op!r}")
 
 
@@ -141,7 +163,7 @@ class Entry:
     """The resolved kernel of one shape: a loaded library with its ABI dims ready, or a
     fallback (``library`` None)."""
 
-    __slots__ = ("library", "dims", "n_dims", "workspace", "stat", "cuda")
+    __slots__ = ("library", "dims", "n_dims", "workspace", "stat", "cuda", "refused")
 
     def __init__(self, stat: ShapeStat, library: KernelLibrary | None, dims: Sequence[int]):
         self.stat = stat
@@ -150,24 +172,45 @@ class Entry:
         self.n_dims = len(dims)
         self.workspace = library.workspace_bytes(dims) if library is not None else 0
         self.cuda = stat.device.startswith("cuda:")
+        #: tunehub_can_run codes already said for per-call dims
+        self.refused: set[int] = set()
 
-    def launch(self, inputs: Sequence[torch.Tensor], output: torch.Tensor) -> bool:
+    def launch(
+        self,
+        inputs: Sequence[torch.Tensor],
+        output: torch.Tensor,
+        dims: Sequence[int] | None = None,
+    ) -> bool:
         """Run the kernel on torch's current stream; False (after saying why, once) when it
-        returned an error, and the shape falls back from then on."""
+        returned an error, and the shape falls back from then on. ``dims``: this call's ABI
+        dims where they change per call within one shape key (grouped_mm's tokens per
+        expert): asked of ``tunehub_can_run`` each call, a refusal falls back for that call."""
         library = self.library
         if library is None:
             return False
         if self.cuda and output.device.index != torch.cuda.current_device():
             with torch.cuda.device(output.device):  # kernels launch on the current device
-                return self.launch(inputs, output)
+                return self.launch(inputs, output, dims)
+        array, n_dims, workspace_bytes = self.dims, self.n_dims, self.workspace
+        if dims is not None:
+            code = library.can_run(dims)
+            if code != 0:
+                if code not in self.refused:
+                    self.refused.add(code)
+                    log.warning("tunehub %s %s: tunehub_can_run refused dims %s (%s); this "
+                                "call runs torch's op", self.stat.op, self.stat.problem,
+                                list(dims), reason_text(code))  # fmt: skip
+                return False
+            array, n_dims = int64_array(dims), len(dims)
+            workspace_bytes = library.workspace_bytes(dims)
         pointers = (ctypes.c_void_p * len(inputs))(*[t.data_ptr() for t in inputs])
         workspace = None
-        if self.workspace:
-            buffer = torch.empty(self.workspace, dtype=torch.uint8, device=output.device)
+        if workspace_bytes:
+            buffer = torch.empty(workspace_bytes, dtype=torch.uint8, device=output.device)
             workspace = buffer.data_ptr()
         stream = torch.cuda.current_stream(output.device).cuda_stream if self.cuda else None
         code = library.run(
-            pointers, output.data_ptr(), self.dims, self.n_dims, workspace, self.workspace, stream
+            pointers, output.data_ptr(), array, n_dims, workspace, workspace_bytes, stream
         )
         if code == 0:
             self.stat.tunehub_calls += 1
@@ -262,9 +305,21 @@ class Runtime:
     # -- the slow path: resolve a shape once ------------------------------------------------
 
     def entry(
-        self, op: str, layout: str, dtype: torch.dtype, dims: Sequence[int], device: torch.device
+        self,
+        op: str,
+        layout: str,
+        dtype: torch.dtype,
+        dims: Sequence[int],
+        device: torch.device,
+        epilogue: str = NO_EPILOGUE,
+        run_dims: Sequence[int] | None = None,
     ) -> Entry:
-        key = (op, layout, dtype, tuple(dims), device)
+        """The resolved kernel of (op, epilogue, layout, dtype, dims, device), resolving it on
+        its first call; ``Runtime.kernels`` holds it under that key. ``run_dims``: the ABI
+        dims of this call where the key's ``dims`` are not all of them (grouped_mm: the
+        bucket; the call adds the tokens per expert); ``tunehub_can_run`` is asked with them."""
+        key = (op, epilogue, layout, dtype, tuple(dims), device)
+        abi = list(run_dims if run_dims is not None else dims)
         with self._lock:
             found = self.kernels.get(key)
             if found is not None:
@@ -274,16 +329,16 @@ class Runtime:
                 name = device_key(device)
             except (ValueError, RuntimeError) as exc:
                 name = f"{device.type}:?"
-                stat = self._stat(op, layout, dtype, dims, name)
-                entry = Entry(stat, None, dims)
+                stat = self._stat(op, layout, dtype, dims, name, epilogue)
+                entry = Entry(stat, None, abi)
                 self.fell_back(stat, Fallback("unsupported", str(exc)))
             else:
-                stat = self._stat(op, layout, dtype, dims, name)
+                stat = self._stat(op, layout, dtype, dims, name, epilogue)
                 try:
-                    library = self._resolve(stat, list(dims))
-                    entry = Entry(stat, library, dims)
+                    library = self._resolve(stat, abi)
+                    entry = Entry(stat, library, abi)
                 except _Resolved as resolved:
-                    entry = Entry(stat, None, dims)
+                    entry = Entry(stat, None, abi)
                     self.fell_back(stat, resolved.fallback)
             stat.resolve_seconds = time.perf_counter() - start
             self.kernels[key] = entry
@@ -292,9 +347,10 @@ class Runtime:
 
     @staticmethod
     def _stat(
-        op: str, layout: str, dtype: torch.dtype, dims: Sequence[int], device: str
+        op: str, layout: str, dtype: torch.dtype, dims: Sequence[int], device: str, epilogue: str
     ) -> ShapeStat:
-        return ShapeStat(op, DTYPES[dtype], layout, problem_of(op, dims), device, source="")
+        problem = problem_of(op, dims, epilogue)
+        return ShapeStat(op, DTYPE_NAMES[dtype], layout, problem, device, source="")
 
     def fell_back(self, stat: ShapeStat, fallback: Fallback) -> None:
         """Say once (a warning) that this shape runs torch's op, and record it."""

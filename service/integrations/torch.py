@@ -12,7 +12,17 @@ Ops (also ``torch.ops.tunehub.<name>``, custom ops with fake kernels: ``torch.co
 fullgraph=True)`` traces them and CUDA graph capture records their launches):
 
 - ``linear(x, weight, bias=None)``: gemm ``rcr`` (m = product of x's leading dims);
+- ``linear(x, weight, bias, activation="relu" | "gelu" | "silu" | "gated_silu")``: the bias
+  and the activation fused into the gemm's epilogue (``torch.ops.tunehub.linear_bias_relu``
+  etc.); gated_silu: ``silu(gate) * up`` of a weight holding the gate rows, then the up rows
+  (vLLM's merged ``gate_up_proj``), output n/2 columns;
 - ``matmul(a, b)``: 2-D gemm ``rrr``;
+- ``scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, scaling="per_tensor")``:
+  FP8 e4m3 ``(scale_a * a) @ (scale_b * b).T`` for b [n, k] (the weight as nn.Linear stores
+  it), the ``scaled_gemm`` problem, CUDA only; fallback ``torch._scaled_mm(a, b.t(), ...)``;
+- ``grouped_mm(a, weight, offs)``: mixture-of-experts grouped GEMM (``torch._grouped_mm``'s
+  meaning, weight [E, n, k]), keyed by the token bucket, CUDA only; it copies ``offs`` to the
+  host (a sync), so under CUDA graph capture it runs ``torch._grouped_mm`` instead;
 - ``softmax(x, dim=-1)``, ``sum(x, dim=-1, keepdim=False)``: over the last dim;
 - ``rms_norm(x, weight, eps=1e-6)``: y = w * x * rsqrt(mean(x^2) + eps), f32 statistics;
 - ``conv2d(x, weight, stride=1, padding=0, dilation=1, *, bias=None, groups=1)``: x and
@@ -27,12 +37,6 @@ Where that fails (no server, not tuned, the nearest tuned shape too far, refused
 library, service down with nothing cached) or the call is one tunehub has no kernel for (a
 dim other than the last, float64, groups, autograd), torch's op runs: said once per shape
 (a warning), counted per call in :func:`stats`.
-
-FP8 (issue 26, item 4; not yet an op here): ``scaled_mm(a, b, scale_a, scale_b, out_dtype,
-scaling)`` goes beside ``linear`` (``torch.ops.tunehub.scaled_mm``), running the ``scaled_gemm``
-problem (dtype e4m3, layout rcr, ABI dims ``tuner.abi.abi_dims``: [m, n, k, out code, scaling
-code], inputs [a, b, scale_a, scale_b] laid out as ``tuner.fp8`` says) with
-``torch._scaled_mm`` as its fallback; docs/fp8.md lists what the runtime needs for it.
 
 Configuration: :func:`configure`, else ``TUNEHUB_SERVER``, ``TUNEHUB_TOKEN``,
 ``TUNEHUB_CLIENT_CACHE`` (answers, artifacts, builds), ``TUNEHUB_TORCH_LOAD``
@@ -51,6 +55,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from service.integrations import _torch_fp8 as _fp8
+from service.integrations import _torch_grouped as _grouped
 from service.integrations import _torch_ops as _ops
 from service.integrations._torch_record import ShapeRecorder
 from service.integrations._torch_runtime import LOAD_POLICIES, RUNTIME, ArtifactClient, TorchConfig
@@ -70,7 +76,11 @@ __all__ = [
     "patch",
     "unpatch",
     "linear",
+    "ACTIVATIONS",
     "matmul",
+    "scaled_mm",
+    "SCALINGS",
+    "grouped_mm",
     "softmax",
     "sum",
     "rms_norm",
@@ -87,6 +97,10 @@ __all__ = [
 ]
 
 rms_norm_reference = _ops.rms_norm_reference
+#: what ``linear(..., activation=)`` fuses into the gemm's epilogue
+ACTIVATIONS = tuple(_ops.EPILOGUE_OF_ACTIVATION)
+#: what ``scaled_mm(..., scaling=)`` takes
+SCALINGS = _fp8.SCALINGS
 
 
 def configure(
@@ -158,14 +172,50 @@ def _autograd(*tensors: torch.Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear`` through a tuned gemm (rcr): ``x @ weight.T + bias``."""
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    activation: str | None = None,
+) -> torch.Tensor:
+    """``F.linear`` through a tuned gemm (rcr): ``x @ weight.T + bias``.
+
+    With ``activation`` (one of :data:`ACTIVATIONS`) the bias and the activation run in the
+    kernel's epilogue, before its one store: ``relu``, ``gelu`` (exact, erf) and ``silu`` of
+    ``x @ weight.T + bias``; ``gated_silu``: ``silu(h[..., :n/2]) * h[..., n/2:]`` of
+    ``h = x @ weight.T + bias``, for a weight [n, k] holding the gate projection's rows, then
+    the up projection's (``torch.cat([w_gate, w_up])``), output [..., n/2]. A fused problem is
+    tuned on its own (``epilogue`` in the problem); where it has no answer torch's unfused pair
+    runs (``F.linear``, then the activation). Without a bias the kernel gets zeros.
+    Without ``activation`` the product is tuned as a plain gemm and torch adds the bias."""
+    if activation is not None:
+        return _fused_linear(x, weight, bias, activation)
     if _autograd(x, weight, bias):
         _eager_note("gemm", x, "rcr", "autograd (tunehub kernels are inference only)")
         return F.linear(x, weight, bias)
     if torch.compiler.is_compiling():
         return torch.ops.tunehub.linear(x, weight, bias)
     return _ops.linear_kernel(x, weight, bias)
+
+
+def _fused_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str
+) -> torch.Tensor:
+    epilogue = _ops.EPILOGUE_OF_ACTIVATION.get(activation)
+    if epilogue is None:
+        raise ValueError(f"activation must be one of {ACTIVATIONS} or None, not {activation!r}")
+    if epilogue == "gated_silu" and weight.shape[0] % 2:
+        raise ValueError(
+            f"gated_silu needs a weight of an even number of rows (gate, then up), "
+            f"got {tuple(weight.shape)}"
+        )
+    if _autograd(x, weight, bias):
+        _eager_note("gemm", x, "rcr", "autograd (tunehub kernels are inference only)")
+        return _ops.fused_linear_reference(x, weight, bias, epilogue)
+    if torch.compiler.is_compiling():
+        return getattr(torch.ops.tunehub, f"linear_{epilogue}")(x, weight, bias)
+    return _ops.fused_linear_kernel(x, weight, bias, epilogue)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -177,6 +227,50 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling():
         return torch.ops.tunehub.matmul(a, b)
     return _ops.matmul_kernel(a, b)
+
+
+def scaled_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+    scaling: str = "per_tensor",
+) -> torch.Tensor:
+    """FP8 GEMM with scales: ``(scale_a * a) @ (scale_b * b).T`` in ``out_dtype``, through a
+    tuned ``scaled_gemm`` kernel (float8_e4m3fn operands on CUDA; bfloat16 or float16 out).
+
+    ``a`` [m, k]; ``b`` [n, k], the weight as ``nn.Linear`` stores it (``torch._scaled_mm``
+    takes ``b.t()``); float32 scales: ``per_tensor`` one value each, ``block`` ``scale_a``
+    [m, k/128] (one per row and 128-wide K block) and ``scale_b`` [n/128, k/128] (one per
+    128x128 block of b). A per-tensor and a block call, or two output dtypes, are different
+    problems. Fallback: ``torch._scaled_mm`` (where it refuses, e.g. block scales on the CPU,
+    the dequantized float32 product). Bad shapes or scales are a ValueError."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tunehub.scaled_mm(a, b, scale_a, scale_b, out_dtype, scaling)
+    return _fp8.scaled_mm_kernel(a, b, scale_a, scale_b, out_dtype, scaling)
+
+
+def grouped_mm(a: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """Mixture-of-experts grouped GEMM: for each expert ``e``, the rows
+    ``a[offs[e-1]:offs[e]]`` times ``weight[e].T``, through a tuned ``grouped_gemm`` kernel
+    (bfloat16 or float16 on CUDA).
+
+    ``a`` [tokens, k], stacked by expert; ``weight`` [E, n, k], each expert's weight as
+    ``nn.Linear`` stores it; ``offs`` int32 [E], the cumulative tokens per expert. Returns
+    [tokens, n] (rows past ``offs[-1]`` are zero). The shape key is the bucket of the tokens
+    per expert (total rounded up to a power of two, max / mean skew), not the counts.
+
+    **Synchronises**: each call copies ``offs`` to the host (the kernels take the counts as
+    host values), so it is not capturable: under CUDA graph capture tunehub's kernel is not
+    used and ``torch._grouped_mm`` is captured instead (said once). The fallback is
+    ``torch._grouped_mm(a, weight.transpose(-2, -1), offs=offs)``."""
+    if _autograd(a, weight):
+        _eager_note("grouped_gemm", a, "rcr", "autograd (tunehub kernels are inference only)")
+        return _grouped.grouped_mm_fallback(a, weight, offs)
+    if torch.compiler.is_compiling():
+        return torch.ops.tunehub.grouped_mm(a, weight, offs)
+    return _grouped.grouped_mm_kernel(a, weight, offs)
 
 
 def _last_dim(x: torch.Tensor, dim: int) -> bool:

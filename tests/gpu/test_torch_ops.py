@@ -1,6 +1,7 @@
 """The PyTorch ops on the GPU, f16 and bf16, with answers a real server and CUDA worker tuned in
-this module (a tiny budget): each op against torch, eagerly, under CUDA graph capture and
-under torch.compile(fullgraph=True); the source load policy rebuilds a winner with nvcc.
+this module (a tiny budget): each op (linear also fused with silu and gated_silu) against
+torch, eagerly, under CUDA graph capture and under torch.compile(fullgraph=True); the source
+load policy rebuilds a winner with nvcc.
 
 Run on the H200 host (the server and its local CUDA worker are started here, on SQLite):
 
@@ -89,6 +90,8 @@ def run_all(t: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     """Every op once (the rrr matmul and the conv2d in f16 only: their shapes are tuned so)."""
     out = [
         tunehub_torch.linear(t["x"], t["w"], t["b"]),
+        tunehub_torch.linear(t["x"], t["w"], t["b"], activation="silu"),  # fused epilogues
+        tunehub_torch.linear(t["x"], t["w"], t["b"], activation="gated_silu"),
         tunehub_torch.softmax(t["rows"]),
         tunehub_torch.sum(t["rows"]),
         tunehub_torch.rms_norm(t["h"], t["g"], EPS),
@@ -100,8 +103,11 @@ def run_all(t: dict[str, torch.Tensor]) -> list[torch.Tensor]:
 
 
 def reference(t: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    gate, up = F.linear(t["x"], t["w"], t["b"]).float().chunk(2, dim=-1)
     out = [
         F.linear(t["x"], t["w"], t["b"]),
+        F.silu(F.linear(t["x"], t["w"], t["b"]).float()).to(t["x"].dtype),
+        (F.silu(gate) * up).to(t["x"].dtype),
         torch.softmax(t["rows"].float(), -1).to(t["rows"].dtype),
         t["rows"].float().sum(-1).to(t["rows"].dtype),
         tunehub_torch.rms_norm_reference(t["h"], t["g"], EPS),
@@ -121,11 +127,10 @@ def assert_close(got: list[torch.Tensor], want: list[torch.Tensor], dtype: torch
         )
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """``tunehub serve`` with its local CUDA worker; the ops' shapes recorded (no server
-    configured: every shape falls back and is recorded) and tuned with --from-file."""
-    root = tmp_path_factory.mktemp("torch-gpu")
+def serve_and_tune(root: Path, record: Callable[[], None], min_shapes: int) -> Iterator[Server]:
+    """Body of a module's ``server`` fixture: ``tunehub serve`` with its local CUDA worker;
+    ``record()`` runs the ops with no server configured (every shape falls back and is
+    recorded; at least ``min_shapes``), and ``tunehub tune --from-file`` tunes them."""
     data = root / "data"
     cache = Path(os.environ.get("TUNEHUB_GPU_TEST_CACHE", str(root / "cache")))
     port = _free_port()
@@ -163,9 +168,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         tunehub_torch.reset(configuration=True)
         tunehub_torch.configure(cache_dir=root / "unused")
         with torch.inference_mode(), tunehub_torch.record(shapes) as recorder:
-            for dtype in DTYPES:
-                run_all(inputs(dtype))
-        assert recorder.written >= 8, shapes.read_text()
+            record()
+        assert recorder.written >= min_shapes, shapes.read_text()
         budget = os.environ.get("TUNEHUB_GPU_TEST_MAX_VARIANTS", "2")
         done = subprocess.run(
             [sys.executable, "-m", "service.cli", "tune", "--from-file", str(shapes),
@@ -184,6 +188,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The ops' shapes, recorded and tuned by a live server's local CUDA worker."""
+
+    def record() -> None:
+        for dtype in DTYPES:
+            run_all(inputs(dtype))
+
+    yield from serve_and_tune(tmp_path_factory.mktemp("torch-gpu"), record, min_shapes=8)
 
 
 @pytest.fixture
@@ -260,7 +275,7 @@ def test_source_policy_rebuilds_with_nvcc(configured: Callable[..., None]) -> No
     t = inputs(torch.float16)
     with torch.inference_mode():
         got = [tunehub_torch.softmax(t["rows"]), tunehub_torch.sum(t["rows"])]
-    assert_close(got, reference(t)[1:3], torch.float16)
+    assert_close(got, reference(t)[3:5], torch.float16)
     shapes = tunehub_torch.stats().shapes
     assert [s.source for s in shapes] == ["source build"] * 2, tunehub_torch.stats().format()
 

@@ -15,7 +15,16 @@ from service.schemas.configs import ConfigQuery
 from tuner.problems import OPS
 
 FIXTURE_SOURCE = Path(__file__).parent / "torch_fixtures" / "abi_fixture.cpp"
-FIXTURE_OPS = ("GEMM_RCR", "GEMM_RRR", "SUM", "SOFTMAX", "RMS_NORM", "CONV2D")
+FIXTURE_OPS = (
+    "GEMM_RCR",
+    "GEMM_RRR",
+    "SUM",
+    "SOFTMAX",
+    "RMS_NORM",
+    "CONV2D",
+    "SCALED_GEMM",
+    "GROUPED_GEMM",
+)
 #: whether this tunehub's schemas know the rms_norm op (until then it falls back, saying so)
 RMS_NORM_KNOWN = "rms_norm" in OPS
 

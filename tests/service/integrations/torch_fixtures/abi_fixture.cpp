@@ -2,10 +2,19 @@
 // ("tunehub-1", kernel_templates/cuda/_tunehub_abi.cuh) so the PyTorch ops' loader and
 // dispatch are tested against real compiled code. Compiled by tests/service/torch_helpers.py
 // with one of -DFIXTURE_GEMM_RCR, -DFIXTURE_GEMM_RRR, -DFIXTURE_SUM, -DFIXTURE_SOFTMAX,
-// -DFIXTURE_RMS_NORM, -DFIXTURE_CONV2D, and optionally:
+// -DFIXTURE_RMS_NORM, -DFIXTURE_CONV2D, -DFIXTURE_SCALED_GEMM, and optionally:
 //   -DFIXTURE_K_MULTIPLE=N   tunehub_can_run refuses (2, misaligned) a k that is not a multiple
 //   -DFIXTURE_WORKSPACE=N    asks for N bytes of workspace and writes all of them
 //   -DFIXTURE_RUN_FAILS      tunehub_run returns 5 (launch failed)
+//   -DFIXTURE_EPILOGUE=N     GEMM_RCR with a fused epilogue, the bias its third input:
+//                            1 bias_relu, 2 bias_gelu, 3 bias_silu, 4 gated_silu (output
+//                            [m, n/2]: silu(gate + b) * (up + b), gate the first n/2 columns)
+// FIXTURE_SCALED_GEMM takes the scaled_gemm ABI (tuner/fp8.py): a [m, k] and b [n, k] e4m3
+// bytes, a_scale, b_scale f32 (block: a_scale M-major [k/128, m], b_scale [n/128, k/128]),
+// dims [m, n, k, out_code, scaling_code]; it writes bf16 only (out_code 1 is refused, 3).
+// FIXTURE_GROUPED_GEMM takes the grouped_gemm ABI (tuner/abi.py) in bf16: a [rows, k] stacked
+// by expert, w [E, n, k], dims [E, n, k, tokens, skew, m_0, ..., m_{E-1}]; it refuses counts
+// summing past tokens (3) and, with -DFIXTURE_MAX_PER_EXPERT=N, an expert of more than N (4).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +28,19 @@
 #ifndef FIXTURE_WORKSPACE
 #define FIXTURE_WORKSPACE 0
 #endif
+#ifndef FIXTURE_EPILOGUE
+#define FIXTURE_EPILOGUE 0
+#endif
+
+static double activate(double v) {
+  switch (FIXTURE_EPILOGUE) {
+    case 1: return v > 0 ? v : 0;
+    case 2: return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    case 3:
+    case 4: return v / (1.0 + std::exp(-v));
+    default: return v;
+  }
+}
 
 #if defined(FIXTURE_GEMM_RCR) || defined(FIXTURE_GEMM_RRR)
 static const int kDims = 3;
@@ -36,6 +58,17 @@ static const char* kName = "fixture softmax";
 static const int kDims = 3;
 static const int kKIndex = 1;
 static const char* kName = "fixture rms_norm";
+#elif defined(FIXTURE_SCALED_GEMM)
+static const int kDims = 5;
+static const int kKIndex = 2;
+static const char* kName = "fixture scaled_gemm";
+#elif defined(FIXTURE_GROUPED_GEMM)
+static const int kDims = -1;  // 5 + experts
+static const int kKIndex = 2;
+static const char* kName = "fixture grouped_gemm";
+#ifndef FIXTURE_MAX_PER_EXPERT
+#define FIXTURE_MAX_PER_EXPERT (1 << 30)
+#endif
 #elif defined(FIXTURE_CONV2D)
 static const int kDims = 10;
 static const int kKIndex = 3;  // c: the reduction's inner dim
@@ -45,13 +78,56 @@ static const char* kName = "fixture conv2d";
 #endif
 
 EXPORT int tunehub_can_run(const int64_t* dims, int n_dims) {
+#ifdef FIXTURE_GROUPED_GEMM
+  if (n_dims < 5 || n_dims != 5 + dims[0]) return 1;
+  int64_t routed = 0;
+  for (int i = 5; i < n_dims; ++i) {
+    if (dims[i] > FIXTURE_MAX_PER_EXPERT) return 4;
+    routed += dims[i];
+  }
+  if (routed > dims[3]) return 3;
+#else
   if (n_dims != kDims) return 1;
+#endif
   for (int i = 0; i < n_dims; ++i) {
     if (dims[i] < 0) return 1;
   }
   if (dims[kKIndex] % FIXTURE_K_MULTIPLE != 0) return 2;
+  if (FIXTURE_EPILOGUE == 4 && dims[1] % 2 != 0) return 2;
+#ifdef FIXTURE_SCALED_GEMM
+  if (dims[3] != 0) return 3;  // bf16 out only
+  if (dims[4] == 1 && (dims[1] % 128 != 0 || dims[2] % 128 != 0)) return 3;
+#endif
   return 0;
 }
+
+#if defined(FIXTURE_SCALED_GEMM) || defined(FIXTURE_GROUPED_GEMM)
+static float bf16_value(uint16_t half) {
+  uint32_t bits = (uint32_t)half << 16;
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+#endif
+
+#if defined(FIXTURE_SCALED_GEMM) || defined(FIXTURE_GROUPED_GEMM)
+static uint16_t to_bf16(float value) {  // round to nearest even
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  bits += 0x7FFF + ((bits >> 16) & 1);
+  return (uint16_t)(bits >> 16);
+}
+#endif
+
+#ifdef FIXTURE_SCALED_GEMM
+static float e4m3(uint8_t code) {  // float8_e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits
+  int exponent = (code >> 3) & 0xF, mantissa = code & 0x7;
+  if ((code & 0x7F) == 0x7F) return NAN;
+  float value = exponent == 0 ? std::ldexp(mantissa / 8.0f, -6)
+                              : std::ldexp(1.0f + mantissa / 8.0f, exponent - 7);
+  return (code & 0x80) ? -value : value;
+}
+#endif
 
 EXPORT size_t tunehub_workspace_bytes(const int64_t*, int) { return FIXTURE_WORKSPACE; }
 
@@ -72,18 +148,31 @@ EXPORT int tunehub_run(const void* const* inputs, void* output, const int64_t* d
 #if defined(FIXTURE_GEMM_RCR) || defined(FIXTURE_GEMM_RRR)
   const float* b = static_cast<const float*>(inputs[1]);
   int64_t m = dims[0], n = dims[1], k = dims[2];
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double acc = 0.0;
-      for (int64_t p = 0; p < k; ++p) {
+  auto dot = [&](int64_t i, int64_t j) {
+    double acc = 0.0;
+    for (int64_t p = 0; p < k; ++p) {
 #ifdef FIXTURE_GEMM_RCR
-        acc += (double)x[i * k + p] * b[j * k + p];
+      acc += (double)x[i * k + p] * b[j * k + p];
 #else
-        acc += (double)x[i * k + p] * b[p * n + j];
+      acc += (double)x[i * k + p] * b[p * n + j];
 #endif
-      }
-      y[i * n + j] = (float)acc;
     }
+    return acc;
+  };
+#if FIXTURE_EPILOGUE == 0
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) y[i * n + j] = (float)dot(i, j);
+#elif FIXTURE_EPILOGUE == 4
+  const float* bias = static_cast<const float*>(inputs[2]);
+  int64_t half = n / 2;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < half; ++j)
+      y[i * half + j] = (float)(activate(dot(i, j) + bias[j]) * (dot(i, j + half) + bias[j + half]));
+#else
+  const float* bias = static_cast<const float*>(inputs[2]);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) y[i * n + j] = (float)activate(dot(i, j) + bias[j]);
+#endif
 #elif defined(FIXTURE_SUM)
   int64_t m = dims[0], k = dims[1];
   if (dims[2] != 0) return 3;  // sums only
@@ -114,6 +203,41 @@ EXPORT int tunehub_run(const void* const* inputs, void* output, const int64_t* d
     float scale = 1.0f / std::sqrt((float)(squares / k) + eps);
     for (int64_t p = 0; p < k; ++p) y[i * k + p] = w[p] * (x[i * k + p] * scale);
   }
+#elif defined(FIXTURE_SCALED_GEMM)
+  (void)x;
+  (void)y;
+  const uint8_t* qa = static_cast<const uint8_t*>(inputs[0]);
+  const uint8_t* qb = static_cast<const uint8_t*>(inputs[1]);
+  const float* sa = static_cast<const float*>(inputs[2]);
+  const float* sb = static_cast<const float*>(inputs[3]);
+  uint16_t* d = static_cast<uint16_t*>(output);
+  int64_t m = dims[0], n = dims[1], k = dims[2];
+  bool block = dims[4] == 1;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        double scale = block ? (double)sa[(p / 128) * m + i] * sb[(j / 128) * (k / 128) + p / 128]
+                             : (double)sa[0] * sb[0];
+        acc += (double)e4m3(qa[i * k + p]) * e4m3(qb[j * k + p]) * scale;
+      }
+      d[i * n + j] = to_bf16((float)acc);
+    }
+#elif defined(FIXTURE_GROUPED_GEMM)
+  (void)x;
+  (void)y;
+  const uint16_t* ga = static_cast<const uint16_t*>(inputs[0]);
+  const uint16_t* gw = static_cast<const uint16_t*>(inputs[1]);
+  uint16_t* gd = static_cast<uint16_t*>(output);
+  int64_t experts = dims[0], n = dims[1], k = dims[2], row = 0;
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t t = 0; t < dims[5 + e]; ++t, ++row)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0.0;
+        for (int64_t p = 0; p < k; ++p)
+          acc += (double)bf16_value(ga[row * k + p]) * bf16_value(gw[(e * n + j) * k + p]);
+        gd[row * n + j] = to_bf16((float)acc);
+      }
 #elif defined(FIXTURE_CONV2D)
   const float* w = static_cast<const float*>(inputs[1]);
   int64_t N = dims[0], H = dims[1], W = dims[2], C = dims[3], K = dims[4], R = dims[5],
