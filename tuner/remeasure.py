@@ -1,13 +1,14 @@
 """Timing finished candidates again: suspects once the device is quiet, near-ties side by side.
 
     results = settle_suspects(results, runner.remeasure, config)
-    results = confirm_contenders(results, runner.remeasure, config, anchors)
+    results = confirm_contenders(results, runner.remeasure, config, anchors,
+                                 new_window=runner.new_window)
 
 :func:`settle_suspects` re-measures every suspect result that could win or tie
 (:func:`tuner.winner.needs_remeasure`); :func:`confirm_contenders` times the near-fastest
-again in interleaved rounds and records each contender's round medians, in round order,
-under :data:`tuner.winner.ROUNDS_KEY`: the confidence intervals of :mod:`tuner.winner` are
-taken from them.
+again in interleaved rounds, each round in a measurement window of its own, and records each
+contender's round medians, in round order, under :data:`tuner.winner.ROUNDS_KEY`: the
+confidence intervals of :mod:`tuner.winner` are taken from them.
 """
 
 from __future__ import annotations
@@ -87,11 +88,14 @@ def confirm_contenders(
     remeasure: Callable[[BenchResult], BenchResult],
     config: EngineConfig,
     anchors: Collection[str] = (),
+    *,
+    new_window: Callable[[], None] = lambda: None,
 ) -> list[BenchResult]:
     """Time the near-fastest results again in ``config.confirm_rounds`` interleaved rounds
-    (A B C, B C A, C A B, ...), and keep for each the round whose median is the median of
-    its rounds, with every round's median (in round order) under ``winner.ROUNDS_KEY`` and
-    its first-pass median under ``winner.FIRST_PASS_KEY``. The ``anchors`` (variant names of
+    (A B C, B C A, C A B, ...), each after ``new_window()`` (a window of its own), and keep
+    for each the round whose median is the median of its rounds, with every round's median
+    (in round order) under ``winner.ROUNDS_KEY`` and its first-pass median under
+    ``winner.FIRST_PASS_KEY``. The ``anchors`` (variant names of
     the stored winner and of the vendor's default) join the rounds wherever they ranked, when
     timed, so the winner is compared with them side by side.
 
@@ -100,7 +104,15 @@ def confirm_contenders(
     fixed band. Timed in the same rounds, two contenders' ratio round by round cancels the
     drift of the window, and the spread of the ratios over the rounds is the uncertainty
     that tuner.winner turns into the tie set; the first pass, which chose the contenders,
-    is kept out of it (the fastest of many noisy first passes is biased low)."""
+    is kept out of it (the fastest of many noisy first passes is biased low).
+
+    What all runs of one window share does not divide out, though: on the CPU the runner
+    process places the inputs once, and that placement (physical pages, offsets within a
+    page) moved two variants' ratio by 5-10% from one runner to the next, the same within
+    each. Rounds inside one window were confidently sure of a ranking the next tune's
+    window reversed. So every round starts a window of its own (``new_window``): the
+    ratios' spread then includes the between-window variation, and variants that windows
+    rank differently land in the tie set."""
     verified = [r for r in results if r.ok and r.timing is not None]
     if config.confirm_rounds < 1 or not verified:
         return results
@@ -118,6 +130,7 @@ def confirm_contenders(
     log.info("confirming %d near-ties in %d interleaved rounds", len(near), config.confirm_rounds)
     rounds: dict[str, list[BenchResult]] = {r.variant_id: [] for r in near}
     for index in range(config.confirm_rounds):
+        new_window()
         shift = index % len(near)
         for old in near[shift:] + near[:shift]:
             rounds[old.variant_id].append(remeasure(old))
