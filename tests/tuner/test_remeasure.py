@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tests.tuner.cpu_helpers import quick_config
@@ -307,3 +307,32 @@ def test_rounds_sample_independent_windows_so_a_window_effect_is_a_tie(tmp_path:
     assert set(pair) <= set(one.tie_set) and set(pair) <= set(two.tie_set)
     assert two.winner.variant_name == one.winner.variant_name
     assert first.windows_opened == config.confirm_rounds  # a window for every round
+
+
+class PreemptedBackend(ScriptedBackend):
+    """A suspect run preempted through every sample: its p20 is 3% under its median, its
+    share of a core 0.65 (the median is 1 / 0.65 of its time alone)."""
+
+    def run(
+        self,
+        variant: Variant,
+        artifact: str,
+        request: TuneRequest,
+        abort_above_us: float | None = None,
+    ) -> BenchResult:
+        result = super().run(variant, artifact, request, abort_above_us)
+        if not result.suspect or result.timing is None:
+            return result
+        timing = replace(result.timing, p20_us=result.timing.median_us * 0.97)
+        return replace(result, timing=timing, provenance={"cpu_share": 0.65})
+
+
+def test_a_contender_preempted_in_every_sample_is_remeasured(tmp_path: Path) -> None:
+    fast, other = _names(tmp_path)[:2]
+    # `fast` measured 26.1 us at 0.65 of a core (17 us alone), p20 25.3: a bound of its p20
+    # alone left it out and `other` won at 20.5
+    script = Script({fast: [(26.1, True), (17.2, False)], other: [(20.5, False)]})
+    backend = PreemptedBackend(_config(tmp_path), script)
+    result = tune(REQUEST, backend, backend.config)
+    assert script.calls[fast] > 1
+    assert result.winner is not None and result.winner.variant_name == fast
