@@ -4,13 +4,8 @@
 // COMMAND LINE (started by tuner/backends/cpu.py, one runner per problem):
 //   <runner> --dims d0 d1 ... --inputs in0.bin [...] --warmup-seconds W --bench-seconds S
 //            --min-reps N --max-reps N --target-ci R --run-timeout T
-//            [--input-offsets b0 b1 ... --output-offset b]
 // It reads the inputs (raw arrays in storage dtype, numpy tofile) once, and makes rotation
-// copies of them so that the copies exceed 64 MB when one set is smaller (at most 16). Each
-// buffer of input i starts b_i bytes past a 64-byte boundary (a multiple of 64 below 4096;
-// default 0), each output buffer b bytes past one: a runner is one placement of the buffers
-// (its physical pages, their offsets within a page, so which of them alias in the caches),
-// and the engine's confirmation rounds each start a runner of their own (a window). Then
+// copies of them so that the copies exceed 64 MB when one set is smaller (at most 16). Then
 // it serves requests, one a line on stdin, fields separated by tabs:
 //   <library.so> \t <symbol prefix> \t <output path> \t <abort us, or 0>
 // For each it forks a child, which inherits the inputs (shared pages, only read), loads the
@@ -75,8 +70,6 @@ struct Options {
   std::vector<std::string> inputs;
   double warmup_s = 0.05, bench_s = 0.2, target_ci = 0.01, run_timeout_s = 60.0;
   long min_reps = 10, max_reps = 10000;
-  std::vector<size_t> input_offsets;  // per input, bytes past a 64-byte boundary
-  size_t output_offset = 0;
 };
 
 struct Request {
@@ -97,13 +90,6 @@ struct Exports {
   _exit(code);
 }
 
-// a buffer offset: a multiple of 64 bytes below a page (kernels may rely on 64-byte alignment)
-size_t offset_bytes(const char* text) {
-  long long v = std::stoll(text);
-  if (v < 0 || v >= 4096 || v % 64 != 0) fail(2, "a buffer offset must be 64 * n below 4096");
-  return static_cast<size_t>(v);
-}
-
 Options parse(int argc, char** argv) {
   Options o;
   auto is_flag = [](const char* a) { return std::strncmp(a, "--", 2) == 0; };
@@ -118,11 +104,6 @@ Options parse(int argc, char** argv) {
         while (i + 1 < argc && !is_flag(argv[i + 1])) o.dims.push_back(std::stoll(argv[++i]));
       } else if (flag == "--inputs") {
         while (i + 1 < argc && !is_flag(argv[i + 1])) o.inputs.emplace_back(argv[++i]);
-      } else if (flag == "--input-offsets") {
-        while (i + 1 < argc && !is_flag(argv[i + 1]))
-          o.input_offsets.push_back(offset_bytes(argv[++i]));
-      } else if (flag == "--output-offset") {
-        o.output_offset = offset_bytes(value());
       } else if (flag == "--warmup-seconds") {
         o.warmup_s = std::stod(value());
       } else if (flag == "--bench-seconds") {
@@ -144,9 +125,6 @@ Options parse(int argc, char** argv) {
   }
   o.min_reps = std::max(1L, o.min_reps);
   o.max_reps = std::max(o.min_reps, o.max_reps);
-  if (!o.input_offsets.empty() && o.input_offsets.size() != o.inputs.size())
-    fail(2, "--input-offsets needs one offset per input");
-  o.input_offsets.resize(o.inputs.size(), 0);
   return o;
 }
 
@@ -168,12 +146,11 @@ Exports load(const Request& o) {
   return e;
 }
 
-// ``offset`` bytes past a 64-byte boundary (never freed: the process ends first)
-void* alloc_bytes(size_t bytes, size_t offset = 0) {
-  size_t rounded = (std::max<size_t>(bytes, 1) + offset + 63) / 64 * 64;
-  auto* p = static_cast<char*>(std::aligned_alloc(64, rounded));
+void* alloc_bytes(size_t bytes) {
+  size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
   if (p == nullptr) fail(3, "out of memory");
-  return p + offset;
+  return p;
 }
 
 void read_file(const std::string& path, void* dst, size_t bytes) {
@@ -242,7 +219,7 @@ Inputs load_inputs(const Options& o) {
   in.sets.resize(copies);
   for (int c = 0; c < copies; ++c) {
     for (size_t i = 0; i < o.inputs.size(); ++i) {
-      void* buf = alloc_bytes(in.bytes[i], o.input_offsets[i]);
+      void* buf = alloc_bytes(in.bytes[i]);
       if (c == 0) read_file(o.inputs[i], buf, in.bytes[i]);
       else std::memcpy(buf, in.sets[0][i], in.bytes[i]);
       in.sets[c].push_back(buf);
@@ -274,7 +251,7 @@ Inputs load_inputs(const Options& o) {
   const int copies = static_cast<int>(in.sets.size());
   std::vector<void*> outputs(copies);
   for (int c = 0; c < copies; ++c) {
-    outputs[c] = alloc_bytes(out_bytes, o.output_offset);
+    outputs[c] = alloc_bytes(out_bytes);
     std::memset(outputs[c], 0xFF, out_bytes);  // poison: NaN in every float format
   }
   if (th::PrepareFn prepare = ex.prepare()) prepare(dims);

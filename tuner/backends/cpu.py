@@ -90,23 +90,6 @@ class _ProblemData:
     window: int = 0
 
 
-#: bytes a window may shift a buffer past a 64-byte boundary: 64 * n below a page
-_OFFSET_STEP, _OFFSET_SLOTS = 64, 64
-
-
-def buffer_offsets(inputs: int, window: int, seed: int = 0) -> tuple[list[int], int]:
-    """Where a window's runner places its buffers: per input and for the outputs, bytes past
-    a 64-byte boundary. Window 0 places every buffer on the boundary; later windows draw
-    offsets below a page (seeded: the same request places the same windows alike), so the
-    rounds sample which buffers alias one another in the caches, as a caller's own buffers
-    may."""
-    if window == 0:
-        return [0] * inputs, 0
-    rng = np.random.default_rng([seed, window])
-    drawn = [int(n) * _OFFSET_STEP for n in rng.integers(0, _OFFSET_SLOTS, inputs + 1)]
-    return drawn[:inputs], drawn[inputs]
-
-
 def _signal_name(returncode: int) -> str:
     try:
         return signal.Signals(-returncode).name
@@ -345,8 +328,8 @@ class CpuBackend(Backend):
         return data.server
 
     def new_window(self, request: TuneRequest) -> None:
-        """The next run starts a runner of its own (inputs read again into new pages, every
-        buffer at the next window's offsets, :func:`buffer_offsets`)."""
+        """The next run starts a runner of its own: the inputs read again into new pages (the
+        children of one runner share its pages; every child allocates its outputs anew)."""
         data = self._problem_data(request)
         if data.server is not None:
             data.server.close()
@@ -355,7 +338,6 @@ class CpuBackend(Backend):
 
     def _argv(self, request: TuneRequest, data: _ProblemData) -> list[str]:
         cfg = self.config
-        input_offsets, output_offset = buffer_offsets(len(data.paths), data.window, request.seed)
         return [
             self.runner(),
             "--dims",
@@ -374,10 +356,6 @@ class CpuBackend(Backend):
             repr(cfg.target_ci),
             "--run-timeout",
             repr(cfg.run_timeout_s),
-            "--input-offsets",
-            *map(str, input_offsets),
-            "--output-offset",
-            str(output_offset),
         ]
 
     def run(
