@@ -115,12 +115,12 @@ def confirm_contenders(
     is kept out of it (the fastest of many noisy first passes is biased low).
 
     What all runs of one window share does not divide out, though: on the CPU the runner
-    process places the inputs once, and that placement (physical pages, offsets within a
-    page) moved two variants' ratio by 5-10% from one runner to the next, the same within
-    each. Rounds inside one window were confidently sure of a ranking the next tune's
-    window reversed. So every round starts a window of its own (``new_window``): the
-    ratios' spread then includes the between-window variation, and variants that windows
-    rank differently land in the tie set."""
+    process places the inputs once, and that placement (which physical pages) can move two
+    variants' ratio: 8-12% in one runner of three and of five, the same through 40 rounds
+    within each (docs/benchmarks/retune-stability-cpu.md). Rounds inside one window can be
+    confidently sure of a ranking the next tune's window reverses. So every round starts a
+    window of its own (``new_window``): the ratios' spread then includes the between-window
+    variation, and variants that windows rank differently land in the tie set."""
     verified = [r for r in results if r.ok and r.timing is not None]
     if config.confirm_rounds < 1 or not verified:
         return results
