@@ -242,7 +242,13 @@ def render(report: dict[str, Any]) -> str:
         "",
         "Method (bench/retune_stability.py): every shape tuned twice, pass 2 after pass 1 over "
         f"all shapes, {meta['max_variants']} variants a shape, {meta['confirm_rounds']} "
-        "interleaved confirmation rounds, pass 2 "
+        "interleaved confirmation rounds"
+        + (
+            " (each in a runner process of its own, its inputs in new pages)"
+            if meta["backend"] == "cpu"
+            else ""
+        )
+        + ", pass 2 "
         + ("naming pass 1's winner as the incumbent" if meta["incumbent_named"] else "alone")
         + ". Stable: the same winner, or one of the two winners in the other pass's tie set "
         "(tuner.winner: 95% interval of the round-by-round time ratio to the fastest reaching "
