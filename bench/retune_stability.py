@@ -49,7 +49,7 @@ from tuner.problems import GemmProblem, Problem, ReduceProblem, SoftmaxProblem  
 from tuner.registry import load_backend_class  # noqa: E402
 from tuner.types import Budget, EngineConfig, ProblemResult, TuneRequest  # noqa: E402
 
-__all__ = ["main", "cpu_shapes", "cuda_shapes", "stability"]
+__all__ = ["main", "cpu_shapes", "cuda_shapes", "stability", "timings"]
 
 #: (op, dtype, layout, problem)
 Shape = tuple[str, str, str, Problem]
@@ -86,6 +86,25 @@ def _medians(result: ProblemResult) -> dict[str, float]:
     return {r.variant_name: r.timing.median_us for r in result.results if r.ok and r.timing}
 
 
+def timings(result: ProblemResult) -> list[dict[str, Any]]:
+    """What a pass measured of each candidate, for the record (why a shape flipped): the
+    outcome, the median, the first-pass median and the rounds of a contender, the share of
+    a core and the suspect flag, the samples."""
+    return [
+        {
+            "variant": r.variant_name,
+            "outcome": r.outcome.value,
+            "median_us": r.timing.median_us if r.timing else None,
+            "reps": r.timing.reps if r.timing else None,
+            "first_pass_us": r.provenance.get(winner_rule.FIRST_PASS_KEY),
+            "rounds_us": winner_rule.rounds_of(r.provenance),
+            "cpu_share": winner_rule.cpu_share_of(r.provenance),
+            "suspect": r.suspect,
+        }
+        for r in result.results
+    ]
+
+
 def stability(first: ProblemResult, second: ProblemResult) -> dict[str, Any]:
     """One shape's verdict (module doc) from its two passes."""
     w1, tie1 = _names(first)
@@ -118,6 +137,8 @@ def stability(first: ProblemResult, second: ProblemResult) -> dict[str, Any]:
         "winner_1_us_in_2": medians.get(w1) if w1 else None,
         "best_us_in_2": best,
         "complete": first.complete and second.complete,
+        "timings_1": timings(first),
+        "timings_2": timings(second),
     }
 
 
@@ -221,7 +242,13 @@ def render(report: dict[str, Any]) -> str:
         "",
         "Method (bench/retune_stability.py): every shape tuned twice, pass 2 after pass 1 over "
         f"all shapes, {meta['max_variants']} variants a shape, {meta['confirm_rounds']} "
-        "interleaved confirmation rounds, pass 2 "
+        "interleaved confirmation rounds"
+        + (
+            " (each in a runner process of its own, its inputs in new pages)"
+            if meta["backend"] == "cpu"
+            else ""
+        )
+        + ", pass 2 "
         + ("naming pass 1's winner as the incumbent" if meta["incumbent_named"] else "alone")
         + ". Stable: the same winner, or one of the two winners in the other pass's tie set "
         "(tuner.winner: 95% interval of the round-by-round time ratio to the fastest reaching "

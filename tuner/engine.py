@@ -185,6 +185,10 @@ class BatchRunner:
         again = self.backend.run(variant, artifact, self.request, None)
         return replace(again, compile_seconds=seconds)
 
+    def new_window(self) -> None:
+        """The next measurements in a window of their own (``Backend.new_window``)."""
+        self.backend.new_window(self.request)
+
 
 def tune(
     request: TuneRequest,
@@ -303,7 +307,9 @@ def tune(
     if not out_of_budget():
         results = settle_suspects(results, runner.remeasure, config)
     if not out_of_budget():
-        results = confirm_contenders(results, runner.remeasure, config, protected)
+        results = confirm_contenders(
+            results, runner.remeasure, config, protected, new_window=runner.new_window
+        )
     decision = decide_winner(results, config.tie_band, request.objective, request.incumbents)
     return ProblemResult(
         request=request,

@@ -1,13 +1,14 @@
 """Timing finished candidates again: suspects once the device is quiet, near-ties side by side.
 
     results = settle_suspects(results, runner.remeasure, config)
-    results = confirm_contenders(results, runner.remeasure, config, anchors)
+    results = confirm_contenders(results, runner.remeasure, config, anchors,
+                                 new_window=runner.new_window)
 
 :func:`settle_suspects` re-measures every suspect result that could win or tie
 (:func:`tuner.winner.needs_remeasure`); :func:`confirm_contenders` times the near-fastest
-again in interleaved rounds and records each contender's round medians, in round order,
-under :data:`tuner.winner.ROUNDS_KEY`: the confidence intervals of :mod:`tuner.winner` are
-taken from them.
+again in interleaved rounds, each round in a measurement window of its own, and records each
+contender's round medians, in round order, under :data:`tuner.winner.ROUNDS_KEY`: the
+confidence intervals of :mod:`tuner.winner` are taken from them.
 """
 
 from __future__ import annotations
@@ -31,10 +32,18 @@ REMEASURE_PAUSE_S = 0.05
 
 def _optimistic_us(result: BenchResult) -> float | None:
     """The fastest a suspect run might really be: its p20, the least disturbed fifth of its
-    samples (interference only adds time); a clean run's median."""
+    samples (interference only adds time), or, where it records the share of a core it got
+    (``winner.CPU_SHARE_KEY``), its median times that share, whichever is lower: a run
+    preempted through every sample has no undisturbed fifth (one at 0.65 of a core measured
+    2609 us a call, p20 included, where it takes 1720 us alone). A clean run's median."""
     if result.timing is None:
         return None
-    return result.timing.p20_us if result.suspect else result.timing.median_us
+    if not result.suspect:
+        return result.timing.median_us
+    share = winner.cpu_share_of(result.provenance)
+    if share is None or share <= 0:
+        return result.timing.p20_us
+    return min(result.timing.p20_us, result.timing.median_us * min(share, 1.0))
 
 
 def _merge(old: BenchResult, new: BenchResult, tries: int) -> BenchResult:
@@ -87,11 +96,14 @@ def confirm_contenders(
     remeasure: Callable[[BenchResult], BenchResult],
     config: EngineConfig,
     anchors: Collection[str] = (),
+    *,
+    new_window: Callable[[], None] = lambda: None,
 ) -> list[BenchResult]:
     """Time the near-fastest results again in ``config.confirm_rounds`` interleaved rounds
-    (A B C, B C A, C A B, ...), and keep for each the round whose median is the median of
-    its rounds, with every round's median (in round order) under ``winner.ROUNDS_KEY`` and
-    its first-pass median under ``winner.FIRST_PASS_KEY``. The ``anchors`` (variant names of
+    (A B C, B C A, C A B, ...), each after ``new_window()`` (a window of its own), and keep
+    for each the round whose median is the median of its rounds, with every round's median
+    (in round order) under ``winner.ROUNDS_KEY`` and its first-pass median under
+    ``winner.FIRST_PASS_KEY``. The ``anchors`` (variant names of
     the stored winner and of the vendor's default) join the rounds wherever they ranked, when
     timed, so the winner is compared with them side by side.
 
@@ -100,7 +112,15 @@ def confirm_contenders(
     fixed band. Timed in the same rounds, two contenders' ratio round by round cancels the
     drift of the window, and the spread of the ratios over the rounds is the uncertainty
     that tuner.winner turns into the tie set; the first pass, which chose the contenders,
-    is kept out of it (the fastest of many noisy first passes is biased low)."""
+    is kept out of it (the fastest of many noisy first passes is biased low).
+
+    What all runs of one window share does not divide out, though: on the CPU the runner
+    process places the inputs once, and that placement (which physical pages) can move two
+    variants' ratio: 8-12% in one runner of three and of five, the same through 40 rounds
+    within each (docs/benchmarks/retune-stability-cpu.md). Rounds inside one window can be
+    confidently sure of a ranking the next tune's window reverses. So every round starts a
+    window of its own (``new_window``): the ratios' spread then includes the between-window
+    variation, and variants that windows rank differently land in the tie set."""
     verified = [r for r in results if r.ok and r.timing is not None]
     if config.confirm_rounds < 1 or not verified:
         return results
@@ -118,6 +138,7 @@ def confirm_contenders(
     log.info("confirming %d near-ties in %d interleaved rounds", len(near), config.confirm_rounds)
     rounds: dict[str, list[BenchResult]] = {r.variant_id: [] for r in near}
     for index in range(config.confirm_rounds):
+        new_window()
         shift = index % len(near)
         for old in near[shift:] + near[:shift]:
             rounds[old.variant_id].append(remeasure(old))

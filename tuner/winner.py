@@ -9,7 +9,9 @@ back, in a rotated order); its round medians are kept in provenance under
 2. The tie set. With confirmation rounds (at least :data:`MIN_ROUNDS` for a contender), the
    *fastest* is the contender with the lowest median (the middle of its rounds). For each
    contender the ratio of its time to the fastest's is taken round by round: paired, so
-   the drift of a window (clocks, power cap, other tenants) divides out. Over the rounds
+   the drift of a window (clocks, power cap, other tenants) divides out. Each round is a
+   window of its own (``Backend.new_window``; on the CPU a fresh runner, its inputs in
+   new pages), so what differs between windows shows in the spread. Over the rounds
    the log ratios give a :data:`CONFIDENCE` interval (Student t; :func:`ratio_interval`).
    A contender whose interval reaches down to ``1 + TIE_BAND`` cannot be told from the
    fastest: it is in the tie set. The band is thus what was measured (noisy rounds widen

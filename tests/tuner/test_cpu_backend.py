@@ -227,3 +227,29 @@ def test_measurement_reports_reps_spread_and_cpu_share(backend: CpuBackend) -> N
     assert 0.0 < prov["cpu_share"] <= 1.2
     assert prov["median_ci_rel"] >= 0.0 and prov["spread"] == result.timing.spread
     assert result.suspect == (prov["cpu_share"] < backend.config.min_cpu_share)
+
+
+def test_a_new_window_is_a_new_runner(backend: CpuBackend) -> None:
+    variant = render_variant(
+        CpuReduceSpace(),
+        {"pack": 8, "acc": 2, "unroll": 1},
+        "f32",
+        "row",
+        backend.device().arch,
+        backend.base_flags(backend.device().arch),
+        backend.compiler_identity(),
+    )
+    built = backend.build([variant])[variant.id]
+    assert built.artifact
+    request = reduce_request(m=33, k=1000)
+    first = backend.run(variant, built.artifact, request)
+    data = backend._problem_data(request)
+    assert first.ok and first.provenance["window"] == 0 and data.server is not None
+    pid = data.server.pid
+    for window in (1, 2, 3):
+        backend.new_window(request)
+        again = backend.run(variant, built.artifact, request)
+        # verified and timed in a runner of its own
+        assert again.ok and again.provenance["window"] == window, again.log
+        assert data.server is not None and data.server.pid != pid
+        pid = data.server.pid

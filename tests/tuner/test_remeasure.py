@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tests.tuner.cpu_helpers import quick_config
@@ -253,3 +253,82 @@ def test_the_vendor_default_is_timed_whole_and_wins_a_tie(tmp_path: Path) -> Non
     # a cut budget samples the space but always measures the vendor default first
     sampled = tune(REQUEST, backend, backend.config).results
     assert sampled[0].variant_name == default.variant_name
+
+
+class WindowedBackend(ScriptedBackend):
+    """Two variants whose ranking is a property of the window (on the CPU, the runner
+    process and where it placed the buffers): 7% apart, the faster one swapping from one
+    window to the next, steady within a window; every other variant far slower."""
+
+    def __init__(self, config: EngineConfig, pair: tuple[str, str], first_window: int) -> None:
+        super().__init__(config, Script({}), default_us=1000.0)
+        self.pair = pair
+        self.window = first_window
+        self.windows_opened = 0
+
+    def new_window(self, request: TuneRequest) -> None:
+        self.window += 1
+        self.windows_opened += 1
+
+    def run(
+        self,
+        variant: Variant,
+        artifact: str,
+        request: TuneRequest,
+        abort_above_us: float | None = None,
+    ) -> BenchResult:
+        if variant.name in self.pair:
+            ahead = self.pair[self.window % 2]
+            median = 100.0 if variant.name == ahead else 107.0
+            self.script.runs[variant.name] = [(median, False)]
+        return super().run(variant, artifact, request, abort_above_us)
+
+
+def test_rounds_sample_independent_windows_so_a_window_effect_is_a_tie(tmp_path: Path) -> None:
+    """Two tunes that each start in a window ranking the pair the other way (as the CPU's
+    runner placement did to reduce m=4096,k=128 and gemm m=64,n=2048,k=1024): confirmation
+    rounds inside the first-pass window were confidently sure of opposite winners; rounds in
+    windows of their own see the ranking change and answer a tie both times."""
+    from dataclasses import replace as with_field
+
+    names = _names(tmp_path)
+    pair = (names[0], names[1])
+    config = _config(tmp_path)
+    first = WindowedBackend(config, pair, first_window=0)
+    one = tune(REQUEST, first, config)
+    assert one.winner is not None
+    second = WindowedBackend(config, pair, first_window=1)
+    two = tune(with_field(REQUEST, incumbents=(one.winner.variant_name,)), second, config)
+    assert two.winner is not None
+    assert set(pair) <= set(one.tie_set) and set(pair) <= set(two.tie_set)
+    assert two.winner.variant_name == one.winner.variant_name
+    assert first.windows_opened == config.confirm_rounds  # a window for every round
+
+
+class PreemptedBackend(ScriptedBackend):
+    """A suspect run preempted through every sample: its p20 is 3% under its median, its
+    share of a core 0.65 (the median is 1 / 0.65 of its time alone)."""
+
+    def run(
+        self,
+        variant: Variant,
+        artifact: str,
+        request: TuneRequest,
+        abort_above_us: float | None = None,
+    ) -> BenchResult:
+        result = super().run(variant, artifact, request, abort_above_us)
+        if not result.suspect or result.timing is None:
+            return result
+        timing = replace(result.timing, p20_us=result.timing.median_us * 0.97)
+        return replace(result, timing=timing, provenance={"cpu_share": 0.65})
+
+
+def test_a_contender_preempted_in_every_sample_is_remeasured(tmp_path: Path) -> None:
+    fast, other = _names(tmp_path)[:2]
+    # `fast` measured 26.1 us at 0.65 of a core (17 us alone), p20 25.3: a bound of its p20
+    # alone left it out and `other` won at 20.5
+    script = Script({fast: [(26.1, True), (17.2, False)], other: [(20.5, False)]})
+    backend = PreemptedBackend(_config(tmp_path), script)
+    result = tune(REQUEST, backend, backend.config)
+    assert script.calls[fast] > 1
+    assert result.winner is not None and result.winner.variant_name == fast

@@ -93,6 +93,15 @@ class Backend(ABC):
         """The work of :meth:`run` (module doc: a failure is the result's outcome, never an
         exception)."""
 
+    def new_window(self, request: TuneRequest) -> None:  # noqa: B027 - optional hook
+        """Make the next runs of ``request`` a measurement window of their own: state that
+        every run of one window shares and that can move a kernel's time by a few percent
+        (on the CPU, the runner process, whose input buffers lie in one set of physical
+        pages) is set up again, differently. The engine calls it before each confirmation
+        round, so the rounds sample independent windows and their spread includes what
+        differs between windows. Nothing to do where runs share no such state (the
+        default)."""
+
     def discover(self, request: TuneRequest, arch: str) -> list[Params]:
         """Candidates that only the device can name for this problem (e.g. the algorithms a
         vendor library's heuristic returns), or none; failures log and return none."""

@@ -87,6 +87,8 @@ class _ProblemData:
     expected: np.ndarray
     #: the runner serving this problem (inputs loaded once), started on first use
     server: RunnerServer | None = None
+    #: the measurement window: 0 the first runner, n the runner after n ``new_window`` calls
+    window: int = 0
 
 
 def _signal_name(returncode: int) -> str:
@@ -326,6 +328,15 @@ class CpuBackend(Backend):
         data.server = RunnerServer(self._argv(request, data), folder / "runner.err")
         return data.server
 
+    def new_window(self, request: TuneRequest) -> None:
+        """The next run starts a runner of its own: the inputs read again into new pages (the
+        children of one runner share its pages; every child allocates its outputs anew)."""
+        data = self._problem_data(request)
+        if data.server is not None:
+            data.server.close()
+            data.server = None
+        data.window += 1
+
     def _argv(self, request: TuneRequest, data: _ProblemData) -> list[str]:
         cfg = self.config
         return [
@@ -375,7 +386,8 @@ class CpuBackend(Backend):
                 server.close()
                 data.server = None
                 return replace(base, log=f"the runner stopped answering\n{why}".strip())
-            base = replace(base, provenance=self._provenance(before, cpu_host.host_snapshot()))
+            provenance = self._provenance(before, cpu_host.host_snapshot())
+            base = replace(base, provenance={**provenance, "window": data.window})
             return self._result(base, reply, request, data, side)
         finally:
             for path in side:

@@ -40,6 +40,10 @@ class RunnerServer:
         )
 
     @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @property
     def alive(self) -> bool:
         return self._proc.poll() is None
 

@@ -193,6 +193,9 @@ class SlotBackend(Backend):
             provenance["pci_bus_id"] = pci
         return replace(result, provenance=provenance)
 
+    def new_window(self, request: TuneRequest) -> None:
+        self.inner.new_window(request)
+
     def discover(self, request: TuneRequest, arch: str) -> list[Params]:
         # vendor candidates (cuBLASLt algorithms) only the slot's own device can name
         return self.inner.discover(request, arch)
