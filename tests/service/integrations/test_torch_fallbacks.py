@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,19 +28,6 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
 DEVICE = cpu_device_key()
 RUNTIME_LOG = "service.integrations._torch_runtime"
-
-
-@pytest.fixture(scope="module")
-def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("abi-fixtures")
-
-
-@pytest.fixture
-def client(tmp_path: Path) -> Iterator[FakeArtifactClient]:
-    fake = FakeArtifactClient()
-    tunehub_torch.configure(client=fake, cache_dir=tmp_path / "cache", load="artifact")
-    yield fake
-    tunehub_torch.reset(configuration=True)
 
 
 def linear_calls(m: int, times: int = 3) -> torch.Tensor:

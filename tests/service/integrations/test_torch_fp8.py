@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,19 +42,6 @@ FP8 = torch.float8_e4m3fn
 RUNTIME_LOG = "service.integrations._torch_runtime"
 FP8_LOG = "service.integrations._torch_fp8"
 M, N, K = 8, 256, 256
-
-
-@pytest.fixture(scope="module")
-def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("abi-fixtures")
-
-
-@pytest.fixture
-def client(tmp_path: Path) -> Iterator[FakeArtifactClient]:
-    fake = FakeArtifactClient()
-    tunehub_torch.configure(client=fake, cache_dir=tmp_path / "cache", load="artifact")
-    yield fake
-    tunehub_torch.reset(configuration=True)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,19 +36,6 @@ FUSED = {
     "gated_silu": ("gated_silu", 4),
 }
 M, N, K = 6, 16, 8
-
-
-@pytest.fixture(scope="module")
-def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("abi-fixtures")
-
-
-@pytest.fixture
-def client(tmp_path: Path) -> Iterator[FakeArtifactClient]:
-    fake = FakeArtifactClient()
-    tunehub_torch.configure(client=fake, cache_dir=tmp_path / "cache", load="artifact")
-    yield fake
-    tunehub_torch.reset(configuration=True)
 
 
 def serve_fused(client: FakeArtifactClient, fixtures: Path, m: int = M) -> None:

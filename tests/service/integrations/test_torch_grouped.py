@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,19 +35,6 @@ E, N, K = 4, 16, 32
 #: two batches of one bucket (tokens 16, skew 2) and one of another (tokens 8)
 COUNTS = ([3, 8, 1, 4], [5, 2, 6, 3], [2, 2, 2, 1])
 BUCKET = {"experts": E, "n": N, "k": K, "tokens": 16, "skew": 2}
-
-
-@pytest.fixture(scope="module")
-def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("abi-fixtures")
-
-
-@pytest.fixture
-def client(tmp_path: Path) -> Iterator[FakeArtifactClient]:
-    fake = FakeArtifactClient()
-    tunehub_torch.configure(client=fake, cache_dir=tmp_path / "cache", load="artifact")
-    yield fake
-    tunehub_torch.reset(configuration=True)
 
 
 @pytest.fixture

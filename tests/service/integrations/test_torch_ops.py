@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,19 +30,6 @@ DEVICE = cpu_device_key()
 EPS = 1e-5
 #: TinyModel's shapes with an answer (rms_norm: once this tunehub knows the op)
 TUNED = 5 if RMS_NORM_KNOWN else 4
-
-
-@pytest.fixture(scope="module")
-def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("abi-fixtures")
-
-
-@pytest.fixture
-def client(tmp_path: Path) -> Iterator[FakeArtifactClient]:
-    fake = FakeArtifactClient()
-    tunehub_torch.configure(client=fake, cache_dir=tmp_path / "cache", load="artifact")
-    yield fake
-    tunehub_torch.reset(configuration=True)
 
 
 def serve_all(client: FakeArtifactClient, fixtures: Path) -> None:
