@@ -24,10 +24,9 @@ import logging
 import torch
 
 from service.integrations._torch_ops import Definition, kernel_entry, ready, register
-from service.integrations._torch_runtime import RUNTIME, SCALED_OUT_CODES, SCALING_CODES
+from service.integrations._torch_runtime import DTYPES, RUNTIME, SCALED_OUT_CODES, SCALING_CODES
 
 __all__ = [
-    "SCALINGS",
     "OUT_DTYPES",
     "check_scaled_mm",
     "scaled_mm_kernel",
@@ -37,10 +36,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SCALINGS = SCALING_CODES
-_TORCH_OUT = {"bf16": torch.bfloat16, "f16": torch.float16}
+_DTYPE_OF_NAME = {name: dtype for dtype, name in DTYPES.items()}
 #: the output dtypes of the tuned kernels, in ABI code order
-OUT_DTYPES: tuple[torch.dtype, ...] = tuple(_TORCH_OUT[name] for name in SCALED_OUT_CODES)
+OUT_DTYPES: tuple[torch.dtype, ...] = tuple(_DTYPE_OF_NAME[name] for name in SCALED_OUT_CODES)
 #: FP8 rows move in 16-byte vectors (scaled_gemm's k rule)
 _K_ALIGN = 16
 #: block scaling's block edge
@@ -63,8 +61,8 @@ def check_scaled_mm(
 ) -> None:
     """ValueError for operands that no scaled mm takes (torch's either): shapes, scale
     shapes, the scaling's name."""
-    if scaling not in SCALINGS:
-        raise ValueError(f"scaling must be one of {SCALINGS}, not {scaling!r}")
+    if scaling not in SCALING_CODES:
+        raise ValueError(f"scaling must be one of {SCALING_CODES}, not {scaling!r}")
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1]:
         raise ValueError(
             f"scaled_mm takes a [m, k] and b [n, k] (the weight as nn.Linear stores it), got "
@@ -172,7 +170,7 @@ def scaled_mm_kernel(
     else:
         m, k = a.shape
         n = b.shape[0]
-        dims = (m, n, k, OUT_DTYPES.index(out_dtype), SCALINGS.index(scaling))
+        dims = (m, n, k, OUT_DTYPES.index(out_dtype), SCALING_CODES.index(scaling))
         entry = kernel_entry("scaled_gemm", "rcr", a, dims)
         if entry is not None:
             if entry.library is not None:

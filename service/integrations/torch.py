@@ -59,7 +59,13 @@ from service.integrations import _torch_fp8 as _fp8
 from service.integrations import _torch_grouped as _grouped
 from service.integrations import _torch_ops as _ops
 from service.integrations._torch_record import ShapeRecorder
-from service.integrations._torch_runtime import LOAD_POLICIES, RUNTIME, ArtifactClient, TorchConfig
+from service.integrations._torch_runtime import (
+    LOAD_POLICIES,
+    RUNTIME,
+    SCALING_CODES,
+    ArtifactClient,
+    TorchConfig,
+)
 from service.integrations._torch_stats import (
     FALLBACK_REASONS,
     Fallback,
@@ -100,7 +106,7 @@ rms_norm_reference = _ops.rms_norm_reference
 #: what ``linear(..., activation=)`` fuses into the gemm's epilogue
 ACTIVATIONS = tuple(_ops.EPILOGUE_OF_ACTIVATION)
 #: what ``scaled_mm(..., scaling=)`` takes
-SCALINGS = _fp8.SCALINGS
+SCALINGS = SCALING_CODES
 
 
 def configure(
