@@ -54,12 +54,12 @@ _OP_DTYPES = {"scaled_gemm": ("e4m3",), "grouped_gemm": ("f16", "bf16")}
 _INFINITY_BITS = 0x7F800000
 
 
-def _ready(t: torch.Tensor) -> torch.Tensor:
+def ready(t: torch.Tensor) -> torch.Tensor:
     t = t.contiguous()
     return t if t.data_ptr() % _ALIGN == 0 else t.clone()
 
 
-def _kernel(
+def kernel_entry(
     op: str,
     layout: str,
     x: torch.Tensor,
@@ -89,11 +89,6 @@ def _kernel(
     return None
 
 
-#: for the op modules beside this one (FP8)
-ready = _ready
-kernel_entry = _kernel
-
-
 def _same(x: torch.Tensor, *others: torch.Tensor | None) -> bool:
     """Whether every operand has x's dtype and device (None: an absent bias)."""
     return all(o is None or (o.dtype == x.dtype and o.device == x.device) for o in others)
@@ -114,11 +109,11 @@ def linear_kernel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if weight.dim() == 2 and weight.shape[1] == k and (bias is None or bias.shape == (n,)):
         if not _same(x, weight, bias):
             _mixed("gemm", x, "rcr")
-        elif (entry := _kernel("gemm", "rcr", x, (m, n, k))) is not None:
+        elif (entry := kernel_entry("gemm", "rcr", x, (m, n, k))) is not None:
             if entry.library is not None:
                 out = torch.empty((m, n), dtype=x.dtype, device=x.device)
                 a = x if x.dim() == 2 else x.reshape(m, k)
-                if entry.launch((_ready(a), _ready(weight)), out):
+                if entry.launch((ready(a), ready(weight)), out):
                     if bias is not None:
                         out += bias
                     return out if x.dim() == 2 else out.view(*x.shape[:-1], n)
@@ -179,12 +174,12 @@ def fused_linear_kernel(
     if shapes_ok and (epilogue != GATED or n % 2 == 0):
         if not _same(x, weight, bias):
             _mixed("gemm", x, "rcr")
-        elif (entry := _kernel("gemm", "rcr", x, (m, n, k), epilogue)) is not None:
+        elif (entry := kernel_entry("gemm", "rcr", x, (m, n, k), epilogue)) is not None:
             if entry.library is not None:
                 out = torch.empty((m, columns), dtype=x.dtype, device=x.device)
                 a = x if x.dim() == 2 else x.reshape(m, k)
                 b = bias if bias is not None else torch.zeros(n, dtype=x.dtype, device=x.device)
-                if entry.launch((_ready(a), _ready(weight), _ready(b)), out):
+                if entry.launch((ready(a), ready(weight), ready(b)), out):
                     return out if x.dim() == 2 else out.view(*x.shape[:-1], columns)
             entry.stat.fallback_calls += 1
     return fused_linear_reference(x, weight, bias, epilogue).contiguous()
@@ -214,10 +209,10 @@ def matmul_kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if b.shape[0] == k:
         if not _same(a, b):
             _mixed("gemm", a, "rrr")
-        elif (entry := _kernel("gemm", "rrr", a, (m, n, k))) is not None:
+        elif (entry := kernel_entry("gemm", "rrr", a, (m, n, k))) is not None:
             if entry.library is not None:
                 out = torch.empty((m, n), dtype=a.dtype, device=a.device)
-                if entry.launch((_ready(a), _ready(b)), out):
+                if entry.launch((ready(a), ready(b)), out):
                     return out
             entry.stat.fallback_calls += 1
     return torch.matmul(a, b).contiguous()
@@ -236,11 +231,11 @@ def _rows(x: torch.Tensor) -> tuple[int, int]:
 
 
 def softmax_kernel(x: torch.Tensor) -> torch.Tensor:
-    entry = _kernel("softmax", "row", x, _rows(x))
+    entry = kernel_entry("softmax", "row", x, _rows(x))
     if entry is not None:
         if entry.library is not None:
             out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-            if entry.launch((_ready(x),), out):
+            if entry.launch((ready(x),), out):
                 return out
         entry.stat.fallback_calls += 1
     return torch.softmax(x, dim=-1).contiguous()
@@ -255,11 +250,11 @@ _SUM = 0
 
 
 def sum_kernel(x: torch.Tensor) -> torch.Tensor:
-    entry = _kernel("reduce", "row", x, (*_rows(x), _SUM))
+    entry = kernel_entry("reduce", "row", x, (*_rows(x), _SUM))
     if entry is not None:
         if entry.library is not None:
             out = torch.empty(x.shape[:-1], dtype=x.dtype, device=x.device)
-            if entry.launch((_ready(x),), out):
+            if entry.launch((ready(x),), out):
                 return out
         entry.stat.fallback_calls += 1
     return torch.sum(x, dim=-1).contiguous()
@@ -298,10 +293,10 @@ def rms_norm_kernel(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
             _mixed("rms_norm", x, "row")
         elif bits is None:
             RUNTIME.note_unsupported("rms_norm", x, "row", f"eps {eps!r}")
-        elif (entry := _kernel("rms_norm", "row", x, (m, k, bits))) is not None:
+        elif (entry := kernel_entry("rms_norm", "row", x, (m, k, bits))) is not None:
             if entry.library is not None:
                 out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-                if entry.launch((_ready(x), _ready(weight)), out):
+                if entry.launch((ready(x), ready(weight)), out):
                     return out
             entry.stat.fallback_calls += 1
     return rms_norm_reference(x, weight, eps).contiguous()
@@ -335,11 +330,11 @@ def conv2d_kernel(
         dims = (n, h, w, c, k, r, s, stride, padding, dilation)
         if not _same(x, weight, bias):
             _mixed("conv2d", x, "nhwc")
-        elif (entry := _kernel("conv2d", "nhwc", x, dims)) is not None:
+        elif (entry := kernel_entry("conv2d", "nhwc", x, dims)) is not None:
             if entry.library is not None:
                 # NCHW tensors in channels_last memory are NHWC (input) and KRSC (filter) arrays
-                nhwc = _ready(x.permute(0, 2, 3, 1))
-                krsc = _ready(weight.permute(0, 2, 3, 1))
+                nhwc = ready(x.permute(0, 2, 3, 1))
+                krsc = ready(weight.permute(0, 2, 3, 1))
                 out = torch.empty((n, k, p, q), dtype=x.dtype, device=x.device,
                                   memory_format=torch.channels_last)  # fmt: skip
                 if entry.launch((nhwc, krsc), out):
@@ -371,9 +366,11 @@ def _conv2d_fake(
 
 #: (schema, real kernel, fake kernel) of one op
 Definition = tuple[str, Callable[..., torch.Tensor], Callable[..., torch.Tensor]]
+#: linear's, fused or not
+_LINEAR_SCHEMA = "(Tensor x, Tensor weight, Tensor? bias) -> Tensor"
 #: name: definition
 _DEFINITIONS: dict[str, Definition] = {
-    "linear": ("(Tensor x, Tensor weight, Tensor? bias) -> Tensor", linear_kernel, _linear_fake),
+    "linear": (_LINEAR_SCHEMA, linear_kernel, _linear_fake),
     "matmul": ("(Tensor a, Tensor b) -> Tensor", matmul_kernel, _matmul_fake),
     "softmax": ("(Tensor x) -> Tensor", softmax_kernel, _softmax_fake),
     "sum": ("(Tensor x) -> Tensor", sum_kernel, _sum_fake),
@@ -383,10 +380,7 @@ _DEFINITIONS: dict[str, Definition] = {
         conv2d_kernel,
         _conv2d_fake,
     ),
-    **{
-        f"linear_{e}": ("(Tensor x, Tensor weight, Tensor? bias) -> Tensor", *_fused_linear(e))
-        for e in EPILOGUE_OF_ACTIVATION.values()
-    },
+    **{f"linear_{e}": (_LINEAR_SCHEMA, *_fused_linear(e)) for e in EPILOGUE_OF_ACTIVATION.values()},
 }
 
 
