@@ -65,33 +65,44 @@ def grouped_mm_fallback(a: torch.Tensor, weight: torch.Tensor, offs: torch.Tenso
 
 def grouped_mm_kernel(a: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     check_grouped_mm(a, weight, offs)
+    out = _tuned(a, weight, offs)
+    return out if out is not None else grouped_mm_fallback(a, weight, offs).contiguous()
+
+
+def _unsupported(a: torch.Tensor, why: str) -> None:
+    """Say (once per shape) why torch's op runs for this call."""
+    RUNTIME.note_unsupported("grouped_gemm", a, "rcr", why)
+
+
+def _tuned(a: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor | None:
+    """The tuned kernel's output for this call, or None where torch's op must run."""
+    if a.is_cuda and torch.cuda.is_current_stream_capturing():
+        _unsupported(a, CAPTURE)
+        return None
+    if weight.dtype != a.dtype or len({a.device, weight.device, offs.device}) != 1:
+        _unsupported(a, "operands of different dtypes or devices")
+        return None
     rows, k = a.shape
     experts, n, _ = weight.shape
-    if a.is_cuda and torch.cuda.is_current_stream_capturing():
-        RUNTIME.note_unsupported("grouped_gemm", a, "rcr", CAPTURE)
-    elif weight.dtype != a.dtype or len({a.device, weight.device, offs.device}) != 1:
-        why = "operands of different dtypes or devices"
-        RUNTIME.note_unsupported("grouped_gemm", a, "rcr", why)
-    else:
-        ends = [int(v) for v in offs.tolist()]  # the host copy and sync (module docstring)
-        counts = [end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)]
-        total = ends[-1] if ends else 0
-        if total < 1 or total > rows or min(counts) < 0:
-            why = f"offs {ends[:8]}{'...' if len(ends) > 8 else ''} for {rows} rows"
-            RUNTIME.note_unsupported("grouped_gemm", a, "rcr", why)
-        else:
-            bucket = (experts, n, k, *bucket_of(counts))
-            run_dims = [*bucket, *counts]
-            entry = kernel_entry("grouped_gemm", "rcr", a, bucket, run_dims=run_dims)
-            if entry is not None:
-                if entry.library is not None:
-                    out = torch.empty((rows, n), dtype=a.dtype, device=a.device)
-                    if entry.launch((ready(a), ready(weight)), out, run_dims):
-                        if total < rows:
-                            out[total:].zero_()  # rows past the last expert's: not written
-                        return out
-                entry.stat.fallback_calls += 1
-    return grouped_mm_fallback(a, weight, offs).contiguous()
+    ends = [int(v) for v in offs.tolist()]  # the host copy and sync (module docstring)
+    counts = [end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+    total = ends[-1] if ends else 0
+    if total < 1 or total > rows or min(counts) < 0:
+        _unsupported(a, f"offs {ends[:8]}{'...' if len(ends) > 8 else ''} for {rows} rows")
+        return None
+    bucket = (experts, n, k, *bucket_of(counts))
+    run_dims = [*bucket, *counts]
+    entry = kernel_entry("grouped_gemm", "rcr", a, bucket, run_dims=run_dims)
+    if entry is None:
+        return None
+    if entry.library is not None:
+        out = torch.empty((rows, n), dtype=a.dtype, device=a.device)
+        if entry.launch((ready(a), ready(weight)), out, run_dims):
+            if total < rows:
+                out[total:].zero_()  # rows past the last expert's: not written
+            return out
+    entry.stat.fallback_calls += 1
+    return None
 
 
 def _grouped_mm_fake(a: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
