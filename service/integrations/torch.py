@@ -174,6 +174,10 @@ def _eager_note(op: str, x: torch.Tensor, layout: str, why: str) -> None:
         RUNTIME.note_unsupported(op, x, layout, why)
 
 
+#: why an op that autograd records runs torch's op
+_AUTOGRAD = "autograd (tunehub kernels are inference only)"
+
+
 def _autograd(*tensors: torch.Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
@@ -198,7 +202,7 @@ def linear(
     if activation is not None:
         return _fused_linear(x, weight, bias, activation)
     if _autograd(x, weight, bias):
-        _eager_note("gemm", x, "rcr", "autograd (tunehub kernels are inference only)")
+        _eager_note("gemm", x, "rcr", _AUTOGRAD)
         return F.linear(x, weight, bias)
     if torch.compiler.is_compiling():
         return torch.ops.tunehub.linear(x, weight, bias)
@@ -211,13 +215,13 @@ def _fused_linear(
     epilogue = _ops.EPILOGUE_OF_ACTIVATION.get(activation)
     if epilogue is None:
         raise ValueError(f"activation must be one of {ACTIVATIONS} or None, not {activation!r}")
-    if epilogue == "gated_silu" and weight.shape[0] % 2:
+    if epilogue == _ops.GATED and weight.shape[0] % 2:
         raise ValueError(
             f"gated_silu needs a weight of an even number of rows (gate, then up), "
             f"got {tuple(weight.shape)}"
         )
     if _autograd(x, weight, bias):
-        _eager_note("gemm", x, "rcr", "autograd (tunehub kernels are inference only)")
+        _eager_note("gemm", x, "rcr", _AUTOGRAD)
         return _ops.fused_linear_reference(x, weight, bias, epilogue)
     if torch.compiler.is_compiling():
         return getattr(torch.ops.tunehub, f"linear_{epilogue}")(x, weight, bias)
@@ -272,7 +276,7 @@ def grouped_mm(a: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> tor
     used and ``torch._grouped_mm`` is captured instead (said once). The fallback is
     ``torch._grouped_mm(a, weight.transpose(-2, -1), offs=offs)``."""
     if _autograd(a, weight):
-        _eager_note("grouped_gemm", a, "rcr", "autograd (tunehub kernels are inference only)")
+        _eager_note("grouped_gemm", a, "rcr", _AUTOGRAD)
         return _grouped.grouped_mm_fallback(a, weight, offs)
     if torch.compiler.is_compiling():
         return torch.ops.tunehub.grouped_mm(a, weight, offs)
