@@ -65,6 +65,8 @@ _UNKNOWN = "unknown"
 BackendFactory = Callable[[str, EngineConfig], Backend]
 #: a final upload outlives an outage of the service this long (half the default lease)
 DEFAULT_UPLOAD_RETRY_S = 60.0
+#: after a bug in the loop (an exception nobody expected) the loop starts again this much later
+DEFAULT_RESTART_PAUSE_S = 2.0
 
 
 def _default_backend_factory(name: str, config: EngineConfig) -> Backend:
@@ -90,6 +92,7 @@ class WorkerAgent:
         upload_artifacts: bool = True,
         host: HostInfo | None = None,
         upload_retry_s: float = DEFAULT_UPLOAD_RETRY_S,
+        restart_pause_s: float = DEFAULT_RESTART_PAUSE_S,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.client = client
@@ -104,6 +107,9 @@ class WorkerAgent:
         #: how long a final upload is sent again while the service is unreachable
         #: (service.agent.uploads); the waits go through ``sleep``
         self.upload_retry_s = upload_retry_s
+        self.restart_pause_s = restart_pause_s
+        #: how often the loop died of an unexpected exception and was started again
+        self.restarts = 0
         self.sleep = sleep
         self._backend_factory = backend_factory
         #: build and upload each task's winner's artifact after its final upload
@@ -178,7 +184,9 @@ class WorkerAgent:
         return True
 
     def run_forever(self, stop_event: threading.Event) -> None:
-        """Lease and tune until ``stop_event`` is set; an unreachable server is retried."""
+        """Lease and tune until ``stop_event`` is set. An unreachable server is retried; an
+        unexpected exception (a bug) is logged and the loop starts again, so a worker thread
+        never dies silently while its jobs wait; only an unusable toolchain stops it."""
         backoff = self.poll_interval_s
         try:
             while not stop_event.is_set():
@@ -187,22 +195,31 @@ class WorkerAgent:
                     backoff = self.poll_interval_s
                 except ConnectionFailed as exc:
                     log.warning("%s; retrying in %.0f s", exc, backoff)
-                    worked = False
                     stop_event.wait(backoff)
                     backoff = min(backoff * 2, 30.0)
                     continue
                 except ClientError as exc:
                     log.error("worker %s: %s", self.name, exc)
-                    worked = False
                     if getattr(exc, "status", None) in (401, 403, 404):
                         # a bad token stays bad; an unknown worker id means register again
                         self.worker_id = None
                     stop_event.wait(max(backoff, 5.0))
                     continue
+                except ToolchainError as exc:
+                    log.error("worker %s stops: %s", self.name, exc)
+                    return
+                except Exception:
+                    self.restarts += 1
+                    log.exception(
+                        "worker %s: the loop stopped unexpectedly; starting it again in %.0f s",
+                        self.name,
+                        self.restart_pause_s,
+                    )
+                    self.close()  # run_once opens the backends again
+                    stop_event.wait(self.restart_pause_s)
+                    continue
                 if not worked:
                     stop_event.wait(self.poll_interval_s)
-        except ToolchainError as exc:
-            log.error("worker %s stops: %s", self.name, exc)
         finally:
             self.close()
 

@@ -67,8 +67,6 @@ log = logging.getLogger(__name__)
 
 #: ``--slots`` at most (each CPU slot needs a core of its own)
 MAX_CPU_SLOTS = 256
-#: a slot whose loop died waits this long before it starts again
-_RESTART_PAUSE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -199,7 +197,6 @@ class SlotPool:
         name: str | None = None,
         *,
         slot_backend_factory: SlotBackendFactory = default_slot_backend,
-        restart_pause_s: float = _RESTART_PAUSE_S,
         host: HostInfo | None = None,
         **agent_options: object,
     ) -> None:
@@ -209,7 +206,6 @@ class SlotPool:
         self.engine_config = engine_config
         self.slot_backend_factory = slot_backend_factory
         self.builds = BuildCoordinator(engine_config.compile_workers or None)
-        self.restart_pause_s = restart_pause_s
         #: the host's identity (tuner.host), sent at registration; found when first needed
         self.host = host
         backends = "+".join(dict.fromkeys(s.backend for s in slots))
@@ -221,7 +217,6 @@ class SlotPool:
         self.agents = [self._agent(slot, agent_options) for slot in slots]
         self.worker_id: str | None = None
         self.records: list[SlotRecord] = []
-        self.restarts: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def _agent(self, slot: SlotSpec, options: dict[str, object]) -> _SlotAgent:
@@ -292,21 +287,10 @@ class SlotPool:
         with self._lock:
             self.records.append(entry)
 
-    def _supervise(self, agent: _SlotAgent, stop: threading.Event) -> None:
-        """Run one slot until ``stop``; a loop that dies is logged and started again."""
-        while not stop.is_set():
-            try:
-                agent.run_forever(stop)
-                return  # stopped, or its backend became unusable (logged by the agent)
-            except Exception:
-                with self._lock:
-                    self.restarts[agent.slot.label] = self.restarts.get(agent.slot.label, 0) + 1
-                log.exception(
-                    "slot %s stopped unexpectedly; starting it again in %.0f s",
-                    agent.slot.label,
-                    self.restart_pause_s,
-                )
-                stop.wait(self.restart_pause_s)
+    @property
+    def restarts(self) -> dict[str, int]:
+        """How often each slot's loop died of an unexpected exception and started again."""
+        return {a.slot.label: a.restarts for a in self.agents if a.restarts}
 
     def run_forever(self, stop: threading.Event) -> None:
         """A thread per slot, leasing and tuning until ``stop`` is set; then close."""
@@ -314,8 +298,8 @@ class SlotPool:
             self.register()
         threads = [
             threading.Thread(
-                target=self._supervise,
-                args=(agent, stop),
+                target=agent.run_forever,
+                args=(stop,),
                 name=f"slot-{agent.slot.label}",
                 daemon=True,
             )
