@@ -268,7 +268,7 @@ def tune(
     if capabilities.compile_overlaps_measure:  # time what is built while the rest compiles
         remaining = lambda: deadline - time.monotonic()  # noqa: E731
         feed: StreamFeed | BatchFeed = StreamFeed(
-            ask, runner.build, workers, out_of_budget, remaining
+            ask, runner.build, workers, out_of_budget, remaining, lead_first=bool(vendor_default)
         )
     else:  # compiles would disturb the timing: build a batch, then time it
         size = workers if strategy.adaptive else max(workers, LARGE_BATCH)

@@ -1,6 +1,7 @@
 """Built candidates, handed to the engine's timing loop as they become ready.
 
-    feed = StreamFeed(ask, build, workers, out_of_budget, remaining)   # or BatchFeed(...)
+    feed = StreamFeed(ask, build, workers, out_of_budget, remaining, lead_first=True)
+    # or BatchFeed(ask, build, batch_size, out_of_budget)
     while (item := feed.next()) is not None:
         index, variant, built = item                                    # time it
     feed.close()
@@ -13,9 +14,12 @@ depends on whether compiling disturbs what is measured (``compile_overlaps_measu
   its own, ``workers`` at a time, and is handed over as soon as its build finishes, in
   completion order. A slow build (a CUTLASS instance: ~40 s with nvcc) holds one compiler
   while the others are built and timed, so a time budget is spent on what can be measured,
-  whichever build happened to be slow. When the budget ends, builds not started are dropped
-  and running ones finish in the background into the compile cache, where the next job
-  finds them; the engine reports the candidates left unmeasured.
+  whichever build happened to be slow. With ``lead_first`` the first candidate asked (the
+  vendor default) is handed over before any other, whatever builds faster: it is timed
+  first, the baseline every later candidate's early stop is measured against. When the
+  budget ends, builds not started are dropped and running ones finish in the background
+  into the compile cache, where the next job finds them; the engine reports the candidates
+  left unmeasured.
 - :class:`BatchFeed` (the CPU, whose compiles would disturb its timing): the strategy is asked
   a batch, the batch is built whole, then its candidates are timed; no compile runs while
   one is timed.
@@ -81,8 +85,13 @@ class StreamFeed:
         workers: int,
         out_of_budget: Callable[[], bool],
         remaining_s: Callable[[], float],
+        *,
+        lead_first: bool = False,
     ) -> None:
         self.ask, self.build = ask, build
+        #: hand over nothing before the first candidate asked
+        self.lead_first = lead_first
+        self._lead: Future[CompileResult] | None = None
         self.workers = max(1, workers)
         self.out_of_budget = out_of_budget
         self.remaining_s = remaining_s
@@ -104,7 +113,10 @@ class StreamFeed:
                 self._asked_all = True
                 return
             for index, variant in batch:
-                self._pending[self._pool.submit(self._build_one, variant)] = (index, variant)
+                future = self._pool.submit(self._build_one, variant)
+                self._pending[future] = (index, variant)
+                if self.lead_first and self._lead is None:
+                    self._lead = future
 
     def next(self) -> Built | None:
         while True:
@@ -114,7 +126,9 @@ class StreamFeed:
             if not self._pending or self.out_of_budget():
                 return None
             timeout = max(0.0, min(POLL_S, self.remaining_s()))
-            done, _ = wait(list(self._pending), timeout=timeout, return_when=FIRST_COMPLETED)
+            lead_pending = self._lead is not None and self._lead in self._pending
+            awaited = [self._lead] if lead_pending and self._lead else list(self._pending)
+            done, _ = wait(awaited, timeout=timeout, return_when=FIRST_COMPLETED)
             for future in [f for f in self._pending if f in done]:  # in the order asked
                 index, variant = self._pending.pop(future)
                 self._ready.append((index, variant, future.result()))
