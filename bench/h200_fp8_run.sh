@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The FP8 GEMM bench (issue 26 item 1) on the lent H200 in one device call, from the repo root:
 #   OUT=$OUT bash bench/h200_fp8_run.sh
-# carry: .whl (../shared/tools/gpu-wheels.sh) and .device-carry/cache.tar.xz, a compile cache of
+# carry: .whl (bash bench/gpu_wheels.sh) and .device-carry/cache.tar.xz, a compile cache of
 # the CUTLASS and decode variants made here first:
 #   python bench/serving_fp8.py --list | sh      # the precompile commands (sm_90, nvcc 13.0)
 #   tar -cf - .cache | xz -9e --lzma2=dict=128MiB > .device-carry/cache.tar.xz

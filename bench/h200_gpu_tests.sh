@@ -4,7 +4,7 @@
 # the host's cores instead of one after another. The tests check outputs, never timings, so
 # sharing the GPU does not change what they assert. From the repo root:
 #   OUT=$OUT bash bench/h200_gpu_tests.sh
-# carry: .whl (../shared/tools/gpu-wheels.sh .whl platformdirs optuna); .device-carry/cache.tar.xz
+# carry: .whl (bash bench/gpu_wheels.sh); .device-carry/cache.tar.xz
 # when a compile cache was made here (the modules that read TUNEHUB_GPU_TEST_CACHE use it).
 #   GPU_TEST_FILES="tests/gpu/test_a.py ..."   the modules (default: every tests/gpu/test_*.py)
 #   GPU_TEST_SECONDS=330                       each module's limit

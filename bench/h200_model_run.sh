@@ -2,7 +2,7 @@
 # The whole-model benchmark on the lent H200, one device call per model, from the repo root:
 #   OUT=$OUT bash bench/h200_model_run.sh              # the decoder (Mistral-7B dims)
 #   OUT=$OUT MODEL=resnet bash bench/h200_model_run.sh  # ResNet-50 at batch 1 and 8
-# (carry: .whl from ../shared/tools/gpu-wheels.sh and .device-carry/cache.tar.xz from
+# (carry: .whl from bash bench/gpu_wheels.sh and .device-carry/cache.tar.xz from
 # bench/precompile_cuda.py for the shapes of `python bench/model_bench.py list`)
 # 1. `tunehub serve --backend cuda` (SQLite, local CUDA worker) on a fresh data folder,
 # 2. the model run once through tunehub's ops with recording on: every shape without an answer

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The regression check on the lent H200 in one device call (under 8 minutes), from the repo root:
 #   OUT=$OUT bash bench/h200_regress_run.sh
-# carry: .whl (../shared/tools/gpu-wheels.sh .whl platformdirs optuna) and
+# carry: .whl (bash bench/gpu_wheels.sh) and
 # .device-carry/cache.tar.xz, the compile cache of every command `python bench/regress.py --list`
 # prints (run them here, then `tar -cf - .cache | xz -9e --lzma2=dict=128MiB >
 # .device-carry/cache.tar.xz`; see bench/_device_env.sh). Everything lands under $OUT/regress:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one command run on the lent H200 through the device tool, from the repo root:
-#   bash bench/h200_run.sh [vs_vendor args]      (carry: .whl from ../shared/tools/gpu-wheels.sh; .device-carry optional)
+#   bash bench/h200_run.sh [vs_vendor args]      (carry: .whl from bash bench/gpu_wheels.sh; .device-carry optional)
 #   (SKIP_VS_VENDOR=1 runs only the end-to-end job; SKIP_E2E=1 only the vendor comparison)
 # 1. installs the carried wheels (service stack + CUTLASS headers; the host has no network),
 # 2. bench/vs_vendor.py: tunes every suite, then times winners and vendor baselines side by side,

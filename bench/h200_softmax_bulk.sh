@@ -2,7 +2,7 @@
 # The bulk-copy softmax family beside the existing variants, torch.softmax and the copy on the
 # lent H200 in one device call (under 4 minutes), from the repo root:
 #   OUT=$OUT bash bench/h200_softmax_bulk.sh
-# carry: .whl (../shared/tools/gpu-wheels.sh .whl platformdirs optuna) and
+# carry: .whl (bash bench/gpu_wheels.sh) and
 # .device-carry/cache.tar.xz, the compile cache made here (no GPU) by
 #   python bench/softmax_bulk.py --precompile
 #   python -c "from tests.gpu.test_cuda_softmax_bulk import build_all; build_all('.cache/tunehub')"
