@@ -6,8 +6,8 @@ the figures recorded in the repo (bench/regress_baseline.json). A benchmark scri
     python3 bench/regress.py --from-run $OUT/regress.json [--update]  # anywhere, no GPU
 
 Shapes and budgets: bench/regress_shapes.py. The rule and the baseline file:
-bench/regress_rule.py (a shape fails when its ratio to its reference falls below the recorded
-ratio by more than max(2 x noise, 3%)).
+bench/regress_rule.py (a shape fails when its ratio to its reference falls below the ratio
+recorded on the same GPU model by more than max(2 x noise, 3%)).
 
 Phase 1 tunes every shape with the engine (CUDA backend, harness subprocess) on a small budget
 (the compile cache carried from bench/precompile_cuda.py makes the builds hits). Phase 2 loads
@@ -23,8 +23,8 @@ round gives a ratio; their median is the shape's ratio and half their spread its
 Writes ``regress.json`` (meta, every shape's result, the verdicts) and ``regress.md`` (the
 table, 80 columns) under --out. Exit status: 0 when no shape fails, 1 when one does (a drop, a
 recorded shape not measured, or the full list cut short by the deadline), 2 for bad arguments.
-``--update`` writes the baseline from the run (every measured shape; the others keep their
-records) and exits 0: for a change meant to move figures.
+``--update`` writes the baseline from the run (every measured shape, under the run's device;
+the others and other devices keep their records) and exits 0: for a change meant to move figures.
 """
 
 from __future__ import annotations
@@ -270,14 +270,17 @@ def phase_compare(rows: dict[str, dict[str, Any]], deadline: float, rounds: int)
 def report(out: Path, payload: dict[str, Any], baseline: dict[str, Any]) -> int:
     """Verdicts, the table (printed and in regress.md), regress.json; the count failing."""
     results = payload["results"]
-    found = rule.verdicts(results, baseline)
-    payload["verdicts"] = {k: v.status for k, v in found.items()}
-    table = rule.format_table(results, baseline, found)
     meta = payload["meta"]
+    records = rule.records_for(baseline, meta.get("device"))
+    found = rule.verdicts(results, records)
+    payload["verdicts"] = {k: v.status for k, v in found.items()}
+    table = rule.format_table(results, records, found)
     head = (
         f"{meta.get('device')} {meta.get('date')} commit {meta.get('commit')}; "
         f"copy {meta.get('copy_gbps', 0):.0f} GB/s"
     )
+    if not records:
+        head += "\nno records of this device: every shape is new (--update records them)"
     print(head + "\n" + table, flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "regress.json").write_text(json.dumps(payload, indent=1, default=str))

@@ -17,6 +17,11 @@ could not measure (no verified winner, a failed timing) is "lost" and fails; one
 not reach (deadline, ``--only``/``--quick``) is "skipped" and fails only where a run meant to
 cover the whole list ran out of time (the caller decides). ``--update`` rewrites the records
 of every measured shape from the run (date, device, commit with each) and keeps the others.
+
+**Per device**: the ratio to the copy or the vendor depends on the GPU (an H100's reduce rows
+reach 1.03x its copy where an H200's reach 1.05x), so a run is compared only with the records
+of its own device (``torch.cuda.get_device_name``); a device without records has every shape
+"new" until ``--update`` records it beside the others.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ __all__ = [
     "format_table",
     "load_baseline",
     "ratio_and_noise",
+    "records_for",
     "save_baseline",
     "updated_baseline",
     "verdict",
@@ -47,8 +53,9 @@ MIN_TOLERANCE = 0.03
 NOISE_FACTOR = 2.0
 #: statuses that make the run fail
 FAILING = ("drop", "lost")
-#: the baseline file's format version
-FORMAT = 1
+#: the baseline file's format version (1: one device's records under "shapes"; 2: per device
+#: under "devices"; a file of format 1 is read as its records' devices)
+FORMAT = 2
 
 
 def ratio_and_noise(round_ratios: list[float]) -> tuple[float, float]:
@@ -92,20 +99,41 @@ def verdict(result: dict[str, Any] | None, record: dict[str, Any] | None) -> Ver
     return Verdict("drop" if ratio < floor else "ok", tolerance, floor)
 
 
-def verdicts(results: dict[str, dict[str, Any]], baseline: dict[str, Any]) -> dict[str, Verdict]:
-    """Every shape of the run, by key (a record of a shape no longer in the list is kept, not
-    judged)."""
-    records = baseline.get("shapes", {})
+def verdicts(
+    results: dict[str, dict[str, Any]], records: dict[str, dict[str, Any]]
+) -> dict[str, Verdict]:
+    """Every shape of the run, by key, against ``records`` (one device's, ``records_for``; a
+    record of a shape no longer in the list is kept, not judged)."""
     return {key: verdict(result, records.get(key)) for key, result in results.items()}
 
 
+def records_for(baseline: dict[str, Any], device: str | None) -> dict[str, dict[str, Any]]:
+    """The records of one device (empty where it has none)."""
+    return dict(baseline.get("devices", {}).get(device or "", {}))
+
+
+def _empty() -> dict[str, Any]:
+    return {"format": FORMAT, "rule": _rule_line(), "devices": {}}
+
+
 def load_baseline(path: Path) -> dict[str, Any]:
-    """The baseline file, or an empty one where it does not exist yet."""
+    """The baseline file (format 2; a format-1 file is read per its records' devices), or an
+    empty one where it does not exist yet."""
     if not path.exists():
-        return {"format": FORMAT, "rule": _rule_line(), "shapes": {}}
+        return _empty()
     data = json.loads(path.read_text())
-    if data.get("format") != FORMAT or not isinstance(data.get("shapes"), dict):
-        raise ValueError(f"{path}: not a regress baseline of format {FORMAT}")
+    if data.get("format") == 1 and isinstance(data.get("shapes"), dict):
+        devices: dict[str, dict[str, Any]] = {}
+        for key, record in data["shapes"].items():
+            devices.setdefault(str(record.get("device") or ""), {})[key] = record
+        return {**_empty(), "devices": devices}
+    devices = data.get("devices")
+    if (
+        data.get("format") != FORMAT
+        or not isinstance(devices, dict)
+        or not all(isinstance(records, dict) for records in devices.values())
+    ):
+        raise ValueError(f"{path}: not a regress baseline of format 1 or {FORMAT}")
     return data
 
 
@@ -128,9 +156,11 @@ _RECORDED = ("op", "problem", "unit", "reference", "figure", "ratio", "noise", "
 def updated_baseline(
     baseline: dict[str, Any], results: dict[str, dict[str, Any]], meta: dict[str, Any]
 ) -> dict[str, Any]:
-    """``baseline`` with every measured shape of ``results`` recorded anew (``meta``: date,
-    device, commit of the run); the shapes the run did not measure keep their records."""
-    shapes = dict(baseline.get("shapes", {}))
+    """``baseline`` with every measured shape of ``results`` recorded anew under the run's
+    device (``meta``: date, device, commit of the run); the shapes the run did not measure and
+    the other devices keep their records."""
+    device = str(meta.get("device") or "")
+    shapes = records_for(baseline, device)
     for key, result in results.items():
         if result.get("ratio") is None:
             continue
@@ -142,7 +172,8 @@ def updated_baseline(
             source=meta.get("source", "bench/regress.py --update"),
         )
         shapes[key] = record
-    return {"format": FORMAT, "rule": _rule_line(), "shapes": shapes}
+    devices = {**baseline.get("devices", {}), device: shapes}
+    return {**_empty(), "devices": {name: devices[name] for name in sorted(devices)}}
 
 
 def _short(key: str) -> tuple[str, str]:
@@ -162,11 +193,12 @@ def _short(key: str) -> tuple[str, str]:
 
 
 def format_table(
-    results: dict[str, dict[str, Any]], baseline: dict[str, Any], found: dict[str, Verdict]
+    results: dict[str, dict[str, Any]],
+    records: dict[str, dict[str, Any]],
+    found: dict[str, Verdict],
 ) -> str:
-    """One line per shape, at most 80 columns: figure, ratio to the reference, the recorded
-    ratio, this run's noise, the verdict."""
-    records = baseline.get("shapes", {})
+    """One line per shape, at most 80 columns: figure, ratio to the reference, the ratio
+    recorded on this device, this run's noise, the verdict."""
     head = f"{'op':<7} {'shape':<22} {'figure':>15} {'ratio':>6} {'rec':>6} {'noise':>6}"
     lines = [head.rstrip(), "-" * 79]
     for key, found_verdict in found.items():

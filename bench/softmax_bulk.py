@@ -37,6 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import regress_rule  # noqa: E402
 from bench.vendor_common import Timer, artifact_timer, interleaved_rounds, launch_timer  # noqa: E402
 from tuner.backends.cuda import CudaBackend  # noqa: E402
 from tuner.problems import SoftmaxProblem  # noqa: E402
@@ -58,13 +59,18 @@ BASELINE = Path(__file__).resolve().parent / "regress_baseline.json"
 SPACE = CudaSoftmaxSpace()
 
 
+#: whose recorded winners are timed beside the family (the device the issue's figures are on)
+RECORDED_DEVICE = "NVIDIA H200"
+
+
 def recorded_winner(m: int, k: int) -> str | None:
-    """The winner bench/regress_baseline.json records for softmax m x k (None: not recorded)."""
+    """The winner bench/regress_baseline.json records on ``RECORDED_DEVICE`` for softmax m x k
+    (None: not recorded)."""
     try:
-        entries = json.loads(BASELINE.read_text())
-    except (OSError, json.JSONDecodeError):
+        records = regress_rule.records_for(regress_rule.load_baseline(BASELINE), RECORDED_DEVICE)
+    except (OSError, ValueError):
         return None
-    found = entries.get("shapes", entries).get(f"softmax m={m},k={k}")
+    found = records.get(f"softmax m={m},k={k}")
     return found.get("winner") if isinstance(found, dict) else None
 
 

@@ -59,7 +59,7 @@ def test_new_lost_and_skipped_shapes() -> None:
 def test_baseline_round_trip_and_update(tmp_path: Path) -> None:
     path = tmp_path / "baseline.json"
     empty = rule.load_baseline(path)
-    assert empty["shapes"] == {}
+    assert empty["devices"] == {}
     base = rule.updated_baseline(
         empty,
         {KEY: {"op": "softmax", "problem": {"m": 2796202, "k": 96}, "ratio": 1.0, "noise": 0.01}},
@@ -68,7 +68,7 @@ def test_baseline_round_trip_and_update(tmp_path: Path) -> None:
     rule.save_baseline(path, base)
     loaded = rule.load_baseline(path)
     assert loaded == json.loads(json.dumps(base))
-    record = loaded["shapes"][KEY]
+    record = rule.records_for(loaded, "NVIDIA H200")[KEY]
     assert (
         record["ratio"],
         record["noise"],
@@ -91,10 +91,34 @@ def test_baseline_round_trip_and_update(tmp_path: Path) -> None:
         },
         {"date": "2026-12-05", "device": "NVIDIA H200", "commit": "def5678"},
     )
-    assert later["shapes"][KEY]["ratio"] == 0.9 and later["shapes"][KEY]["commit"] == "def5678"
-    assert "reduce m=1,k=128256,kind=sum" not in later["shapes"]
-    kept = rule.updated_baseline(later, {}, {"date": "x"})
-    assert kept["shapes"] == later["shapes"]
+    h200 = rule.records_for(later, "NVIDIA H200")
+    assert h200[KEY]["ratio"] == 0.9 and h200[KEY]["commit"] == "def5678"
+    assert "reduce m=1,k=128256,kind=sum" not in h200
+    kept = rule.updated_baseline(later, {}, {"date": "x", "device": "NVIDIA H200"})
+    assert rule.records_for(kept, "NVIDIA H200") == h200
+
+
+def test_each_device_is_compared_with_its_own_records(tmp_path: Path) -> None:
+    h200 = {"date": "2026-12-03", "device": "NVIDIA H200", "commit": "abc1234"}
+    empty = rule.load_baseline(tmp_path / "none.json")
+    base = rule.updated_baseline(empty, {KEY: {"ratio": 1.05, "noise": 0.001}}, h200)
+    # an H100 run at 0.99 has no record of its own: new, not a drop against the H200's 1.05
+    h100 = "NVIDIA H100 80GB HBM3"
+    h100_run = {KEY: {"ratio": 0.99, "noise": 0.001}}
+    assert rule.records_for(base, h100) == {}
+    assert rule.verdicts(h100_run, rule.records_for(base, h100))[KEY].status == "new"
+    assert rule.verdicts(h100_run, rule.records_for(base, "NVIDIA H200"))[KEY].status == "drop"
+    # recording the H100 keeps the H200's record beside it
+    both = rule.updated_baseline(base, h100_run, {**h200, "device": h100})
+    assert rule.records_for(both, "NVIDIA H200")[KEY]["ratio"] == 1.05
+    assert rule.records_for(both, h100)[KEY]["ratio"] == 0.99
+
+
+def test_a_file_of_format_1_is_read_per_device(tmp_path: Path) -> None:
+    path = tmp_path / "baseline.json"
+    old = {"format": 1, "shapes": {KEY: {**_record(1.0), "device": "NVIDIA H200"}}}
+    path.write_text(json.dumps(old))
+    assert rule.records_for(rule.load_baseline(path), "NVIDIA H200")[KEY]["ratio"] == 1.0
 
 
 def test_a_file_of_another_format_is_refused(tmp_path: Path) -> None:
@@ -116,9 +140,9 @@ def test_the_table_fits_80_columns_and_names_failures() -> None:
         "conv2d n=8,h=56,w=56,c=128,k=128,r=3,s=3,stride=2,pad=1,dilation=1": {"ratio": None},
         "reduce m=4,k=256000,kind=sum": {"skipped": "deadline"},
     }
-    baseline = {"shapes": {KEY: _record(1.0, 0.004)}}
-    found = rule.verdicts(results, baseline)
-    table = rule.format_table(results, baseline, found)
+    records = {KEY: _record(1.0, 0.004)}
+    found = rule.verdicts(results, records)
+    table = rule.format_table(results, records, found)
     assert all(len(line) <= 80 for line in table.splitlines()), table
     assert "DROP" in table and "new" in table and "skipped" in table
     assert found[KEY].status == "drop"
@@ -156,7 +180,7 @@ def test_a_saved_run_fails_on_a_drop_and_update_records_it(
         rule.updated_baseline(
             rule.load_baseline(baseline),
             {KEY: {"ratio": 1.0, "noise": 0.005}},
-            {"date": "2026-12-03"},
+            {"date": "2026-12-03", "device": "NVIDIA H200"},
         ),
     )
     out = tmp_path / "out"
@@ -169,7 +193,7 @@ def test_a_saved_run_fails_on_a_drop_and_update_records_it(
     assert regress.main([*args, "--from-run", str(_run_file(tmp_path, 0.99))]) == 0
     # --update: the run becomes the record
     assert regress.main([*args, "--from-run", str(_run_file(tmp_path, 0.80)), "--update"]) == 0
-    record = rule.load_baseline(baseline)["shapes"][KEY]
+    record = rule.records_for(rule.load_baseline(baseline), "NVIDIA H200")[KEY]
     assert record["ratio"] == 0.80 and record["commit"] == "f00"
     assert regress.main([*args, "--from-run", str(_run_file(tmp_path, 0.80))]) == 0
 
@@ -232,8 +256,9 @@ def test_the_shape_list_and_the_recorded_baseline() -> None:
     assert {s.op for s in listed.values()} == {"softmax", "reduce", "gemm", "conv2d"}
     assert set(QUICK) <= set(listed) and len(shapes(quick=True)) == len(QUICK)
     baseline = rule.load_baseline(regress.BASELINE)
-    assert baseline["shapes"], "the repo records figures"
-    for key, record in baseline["shapes"].items():
+    assert rule.records_for(baseline, "NVIDIA H200"), "the repo records the H200's figures"
+    records = [(k, r) for d in baseline["devices"].values() for k, r in d.items()]
+    for key, record in records:
         assert key in listed, key
         assert record["ratio"] > 0 and record["reference"] == listed[key].reference
         assert record["date"] and record["device"] and record["commit"] and record["source"]
