@@ -121,17 +121,21 @@ class StreamFeed:
     def next(self) -> Built | None:
         while True:
             self._top_up()
-            if self._ready:
+            # builds done before the lead wait in ``_ready`` (their compilers take the next)
+            lead_pending = self._lead is not None and self._lead in self._pending
+            if self._ready and not lead_pending:
                 return self._ready.popleft()
             if not self._pending or self.out_of_budget():
                 return None
             timeout = max(0.0, min(POLL_S, self.remaining_s()))
-            lead_pending = self._lead is not None and self._lead in self._pending
-            awaited = [self._lead] if lead_pending and self._lead else list(self._pending)
-            done, _ = wait(awaited, timeout=timeout, return_when=FIRST_COMPLETED)
+            done, _ = wait(list(self._pending), timeout=timeout, return_when=FIRST_COMPLETED)
             for future in [f for f in self._pending if f in done]:  # in the order asked
                 index, variant = self._pending.pop(future)
-                self._ready.append((index, variant, future.result()))
+                item = (index, variant, future.result())
+                if future is self._lead:
+                    self._ready.appendleft(item)
+                else:
+                    self._ready.append(item)
 
     def close(self) -> None:
         """Drop the builds not started; running ones finish into the compile cache."""

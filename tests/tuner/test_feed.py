@@ -43,10 +43,10 @@ class SlowFirstBuilds:
         return {variant.id: CompileResult(variant.id, True, "x", 0.0, False)}
 
 
-def _handed_over(lead_first: bool) -> list[str]:
+def _handed_over(lead_first: bool, workers: int = 4) -> list[str]:
     builds = SlowFirstBuilds(4)
     feed = StreamFeed(
-        builds.ask, builds.build, 4, lambda: False, lambda: 10.0, lead_first=lead_first
+        builds.ask, builds.build, workers, lambda: False, lambda: 10.0, lead_first=lead_first
     )
     order: list[str] = []
     try:
@@ -60,6 +60,13 @@ def _handed_over(lead_first: bool) -> list[str]:
 def test_lead_first_hands_the_first_asked_over_first_though_it_builds_last() -> None:
     order = _handed_over(lead_first=True)
     assert order[0] == "v0" and sorted(order) == ["v0", "v1", "v2", "v3"]
+
+
+def test_the_compilers_go_on_while_the_lead_builds() -> None:
+    # two compilers: the lead holds one; the other must build v1, v2 and v3 meanwhile (the
+    # lead's build finishes only after theirs)
+    order = _handed_over(lead_first=True, workers=2)
+    assert order == ["v0", "v1", "v2", "v3"]
 
 
 def test_without_a_lead_builds_are_handed_over_as_they_finish() -> None:
