@@ -26,18 +26,11 @@ if TYPE_CHECKING:
 
 __all__ = ["build_artifact", "file_sha256", "record_problem"]
 
-_CHUNK = 1 << 20
-
 
 def file_sha256(path: str | os.PathLike[str]) -> tuple[str, int]:
-    """(sha256 hex, size in bytes) of a file, read in chunks."""
-    digest = hashlib.sha256()
-    size = 0
+    """(sha256 hex, size in bytes) of a file."""
     with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
+        return hashlib.file_digest(handle, "sha256").hexdigest(), handle.tell()
 
 
 def build_artifact(backend: Backend, variant: Variant) -> BuiltArtifact:

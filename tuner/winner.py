@@ -76,7 +76,6 @@ __all__ = [
     "decide_for",
     "replaces_stored_winner",
     "is_record",
-    "pick",
     "ratio_interval",
     "needs_remeasure",
     "replaces_incumbent",
@@ -236,21 +235,6 @@ def decide_for(
         incumbent=incumbent,
         tie_band=tie_band,
     )
-
-
-def pick(
-    items: Sequence[T],
-    *,
-    median: Callable[[T], float | None],
-    name: Callable[[T], Any],
-    ok: Callable[[T], bool],
-    tie_band: float = TIE_BAND,
-    vendor_default: Callable[[T], bool] = lambda _: False,
-) -> T | None:
-    """The winner of ``items`` by medians alone (no rounds, no incumbent): :func:`decide`."""
-    return decide(
-        items, median=median, name=name, ok=ok, vendor_default=vendor_default, tie_band=tie_band
-    ).winner
 
 
 def needs_remeasure(

@@ -36,24 +36,13 @@ from service.client._answers import Cached, QueryAnswer, best_params
 from service.client._cache import ResponseCache
 from service.client._client import TunehubClient
 from service.client._down import SERVICE_DOWN_S, ServiceDown
-from service.client._errors import (
-    ApiError,
-    ArtifactMismatch,
-    ClientError,
-    ConnectionFailed,
-    LeaseLost,
-    WaitTimeout,
-)
+from service.client._errors import *  # noqa: F403
+from service.client._errors import __all__ as _errors_all
 from service.client._retry import NO_RETRY, RetryPolicy
 from service.client._transport import DEFAULT_TIMEOUT_S
 
 __all__ = [
-    "ClientError",
-    "ApiError",
-    "LeaseLost",
-    "ConnectionFailed",
-    "WaitTimeout",
-    "ArtifactMismatch",
+    *_errors_all,  # the exception tree above
     "TunehubClient",
     "Cached",
     "QueryAnswer",

@@ -20,7 +20,6 @@ from service.schemas.artifacts import ArtifactRef
 __all__ = ["artifact_path", "file_digest", "verified_file", "keep_verified"]
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_CHUNK = 1 << 20
 
 
 def artifact_path(ref: ArtifactRef, dest_dir: str | os.PathLike[str]) -> Path:
@@ -32,13 +31,8 @@ def artifact_path(ref: ArtifactRef, dest_dir: str | os.PathLike[str]) -> Path:
 
 def file_digest(path: Path) -> tuple[str, int]:
     """(sha256 hex, size) of a file."""
-    digest = hashlib.sha256()
-    size = 0
     with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
+        return hashlib.file_digest(handle, "sha256").hexdigest(), handle.tell()
 
 
 def verified_file(ref: ArtifactRef, path: Path) -> bool:

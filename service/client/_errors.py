@@ -11,7 +11,6 @@ __all__ = [
     "ConnectionFailed",
     "WaitTimeout",
     "ArtifactMismatch",
-    "detail_text",
 ]
 
 
@@ -69,19 +68,3 @@ class ArtifactMismatch(ClientError):
         self.sha256 = sha256
         self.size = size
         self.source = source
-
-
-def detail_text(detail: Any) -> str:
-    """FastAPI details are strings or lists of {loc, msg}; turn either into one line."""
-    if isinstance(detail, str):
-        return detail
-    if isinstance(detail, list):
-        parts = []
-        for item in detail:
-            if isinstance(item, dict) and "msg" in item:
-                loc = ".".join(str(p) for p in item.get("loc", ()) if p != "body")
-                parts.append(f"{loc}: {item['msg']}" if loc else str(item["msg"]))
-            else:
-                parts.append(str(item))
-        return "; ".join(parts)
-    return str(detail)

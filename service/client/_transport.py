@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from service.client._answers import Answer
 from service.client._cache import ResponseCache
 from service.client._down import SERVICE_DOWN_S, ServiceDown
-from service.client._errors import ApiError, ConnectionFailed, LeaseLost, detail_text
+from service.client._errors import ApiError, ConnectionFailed, LeaseLost
 from service.client._retry import RetryPolicy
 
 __all__ = ["Transport", "DEFAULT_TIMEOUT_S"]
@@ -112,7 +112,7 @@ class Transport:
                 continue
             if response.status_code >= 400:
                 try:
-                    detail = detail_text(response.json().get("detail", response.text))
+                    detail = _detail_text(response.json().get("detail", response.text))
                 except (ValueError, AttributeError):
                     detail = response.text.strip()[:500] or response.reason_phrase
                 error = LeaseLost if lease_call and response.status_code == 409 else ApiError
@@ -143,3 +143,19 @@ class Transport:
             errors = exc.error_count()
             reason = f"{method} {path}: the reply is not a {answer.__name__} ({errors} errors)"
             raise ConnectionFailed(self.base_url, reason) from None
+
+
+def _detail_text(detail: Any) -> str:
+    """FastAPI details are strings or lists of {loc, msg}; turn either into one line."""
+    if isinstance(detail, str):
+        return detail
+    if isinstance(detail, list):
+        parts = []
+        for item in detail:
+            if isinstance(item, dict) and "msg" in item:
+                loc = ".".join(str(p) for p in item.get("loc", ()) if p != "body")
+                parts.append(f"{loc}: {item['msg']}" if loc else str(item["msg"]))
+            else:
+                parts.append(str(item))
+        return "; ".join(parts)
+    return str(detail)

@@ -64,11 +64,8 @@ def reason_text(code: int) -> str:
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def int64_array(values: Sequence[int]) -> ctypes.Array[ctypes.c_int64]:

@@ -50,12 +50,12 @@ def client_best_out(
 
 
 def _winner(rows: list[ClientMeasurement]) -> ClientMeasurement | None:
-    return winner_rule.pick(
+    return winner_rule.decide(
         rows,
         median=lambda m: m.median_us,
         name=lambda m: (m.config_name, m.id),
         ok=lambda m: m.outcome == "ok",
-    )
+    ).winner
 
 
 def _upsert(session: Session, candidate: ClientMeasurement) -> str:

@@ -20,7 +20,6 @@ from tuner.winner import (
     incumbent_reference,
     is_record,
     needs_remeasure,
-    pick,
     ratio_interval,
     replaces_incumbent,
     replaces_stored_winner,
@@ -39,9 +38,9 @@ class Row:
 
 
 def _pick(rows: list[Row], band: float = TIE_BAND) -> Row | None:
-    return pick(
+    return decide(
         rows, median=lambda r: r.median, name=lambda r: r.name, ok=lambda r: r.ok, tie_band=band
-    )
+    ).winner
 
 
 def test_fastest_verified_wins() -> None:
@@ -273,26 +272,26 @@ def test_the_tie_set_is_every_contender_the_rounds_cannot_tell_from_the_fastest(
 
 
 def test_a_tie_goes_to_the_vendor_default_in_engine_and_store() -> None:
-    from tuner.winner import VENDOR_DEFAULT_KEY, pick
+    from tuner.winner import VENDOR_DEFAULT_KEY
 
     rows = [("a_tuned", 10.0, {}), ("z_vendor", 10.15, {VENDOR_DEFAULT_KEY: True})]
-    chosen = pick(
+    chosen = decide(
         rows,
         median=lambda r: r[1],
         name=lambda r: r[0],
         ok=lambda r: True,
         vendor_default=lambda r: bool(r[2].get(VENDOR_DEFAULT_KEY)),
-    )
+    ).winner
     assert chosen is not None and chosen[0] == "z_vendor"
     # outside the band the faster one wins whatever it is
     rows[1] = ("z_vendor", 10.5, {VENDOR_DEFAULT_KEY: True})
-    chosen = pick(
+    chosen = decide(
         rows,
         median=lambda r: r[1],
         name=lambda r: r[0],
         ok=lambda r: True,
         vendor_default=lambda r: bool(r[2].get(VENDOR_DEFAULT_KEY)),
-    )
+    ).winner
     assert chosen is not None and chosen[0] == "a_tuned"
 
 
