@@ -2,6 +2,7 @@
 unfused pair a user writes, side by side in one process, in one GPU run.
 
     python3 bench/serving_epilogue.py --out $OUT/serving-epilogue.json [--deadline-s 540]
+    python3 bench/serving_epilogue.py --list | sh   # precompile here (no GPU), carry the cache
 
 Shapes (f16; gemm rcr, D = X W^T with W stored [n,k]; conv2d NHWC):
 - Qwen2.5-7B attention qkv_proj (N 4608 = 3584 + 2 x 512, K 3584), which has a bias: ``bias``;
@@ -77,6 +78,21 @@ def problems() -> list[tuple[dict[str, Any], Problem, str]]:
         label = {"model": "resnet-50", "layer": layer, **problem.dims()}
         out.append((label, problem, "nhwc"))
     return out
+
+
+def list_commands(per_shape: int) -> None:
+    """The precompile commands (bench/precompile_cuda.py) of every problem, one per op."""
+    by_op: dict[tuple[str, str], list[str]] = {}
+    for _, problem, layout in problems():
+        op = "gemm" if isinstance(problem, GemmProblem) else "conv2d"
+        dims = ",".join(f"{key}={value}" for key, value in problem.dims().items())
+        by_op.setdefault((op, layout), []).append(f"--problem {dims}")
+    for (op, layout), dims_args in by_op.items():
+        print(
+            "python bench/precompile_cuda.py --cache-dir .cache/tunehub --arch sm_90 "
+            f"--op {op} --dtype {DTYPE} --layout {layout} --max-variants {per_shape} "
+            + " ".join(dims_args)
+        )
 
 
 def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) -> list[dict]:
@@ -196,13 +212,19 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="the JSON file to write")
+    parser.add_argument("--out", type=Path, help="the JSON file to write")
+    parser.add_argument("--list", action="store_true", help="print the precompile commands")
     parser.add_argument("--cache-dir", default=".cache/tunehub")
     parser.add_argument("--deadline-s", type=float, default=540.0)
     parser.add_argument("--compare-reserve-s", type=float, default=120.0)
     parser.add_argument("--shape-seconds", type=float, default=25.0)
     parser.add_argument("--max-variants", type=int, default=8)
     args = parser.parse_args()
+    if args.list:
+        list_commands(args.max_variants)
+        return 0
+    if args.out is None:
+        parser.error("--out is required (or --list)")
     return run(args, phase_tune, phase_compare, totals, COMPARE_ROUNDS)
 
 
