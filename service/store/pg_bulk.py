@@ -8,12 +8,17 @@ one short statement with a parameter per column, run on the session's own connec
 its transaction):
 
 - :func:`new_ids`: ids from the table's sequence, ``nextval`` over ``generate_series``;
-- :func:`copy_rows`: rows written with ``COPY ... FROM STDIN`` (psycopg's ``cursor.copy``);
+- :func:`copy_rows`: rows written with ``COPY ... FROM STDIN`` (psycopg's ``cursor.copy``,
+  binary, in the column types the database declares);
 - :func:`insert_new`: ``INSERT ... SELECT * FROM unnest(<one array per column>) ON
   CONFLICT DO NOTHING RETURNING <column>``: what the rows inserted say (a row another writer
   stored meanwhile returns nothing);
 - :func:`rows_where_in`: ``SELECT ... WHERE <column> IN (SELECT unnest(<array>))``, instead
   of lists of 500 parameters.
+
+The arrays are sent in the binary format (``%b``): psycopg builds a text array in Python,
+quoting and escaping each element, at four times the cost; binary COPY costs about two
+thirds of text COPY.
 
 Values pass through the same bind processors as SQLAlchemy's statements (JSON as psycopg's
 ``Json`` of the value, datetimes as naive UTC), and a column a row leaves out takes the
@@ -86,14 +91,23 @@ def new_ids(session: Session, model: type[Any], count: int) -> list[int]:
 
 def copy_rows(session: Session, model: type[Any], rows: Sequence[dict[str, Any]]) -> None:
     """Write ``rows`` (column name -> value; ``id`` included) into ``model``'s table with
-    COPY."""
+    COPY (binary: each value in its column's type as the database declares it)."""
     table, dialect = _table(model), session.get_bind().dialect
     columns = list(table.columns)
     prepare = [_preparer(column, dialect) for column in columns]
-    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
+    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
         sql.Identifier(table.name), _identifiers(column.name for column in columns)
     )
-    with _driver_connection(session).cursor() as cursor, cursor.copy(statement) as copy:
+    connection = _driver_connection(session)
+    types = dict(
+        connection.execute(
+            "SELECT attname, atttypid FROM pg_attribute WHERE attrelid = CAST(%s AS regclass) "
+            "AND attnum > 0 AND NOT attisdropped",
+            (table.name,),
+        ).fetchall()
+    )
+    with connection.cursor() as cursor, cursor.copy(statement) as copy:
+        copy.set_types([types[column.name] for column in columns])
         for row in rows:
             copy.write_row([value(row) for value in prepare])
 
@@ -112,7 +126,7 @@ def insert_new(
         prepare = _preparer(column, dialect)
         arrays.append([prepare(row) for row in rows])
     unnest = sql.SQL(", ").join(
-        sql.SQL("CAST(%s AS {}[])").format(sql.SQL(column.type.compile(dialect=dialect)))
+        sql.SQL("CAST(%b AS {}[])").format(sql.SQL(column.type.compile(dialect=dialect)))
         for column in columns
     )
     statement = sql.SQL(
@@ -140,7 +154,7 @@ def rows_where_in(
     for each (c, values) of ``where_in`` (the values as one array parameter each)."""
     table, dialect = _table(model), session.get_bind().dialect
     conditions = sql.SQL(" AND ").join(
-        sql.SQL("{} IN (SELECT unnest(CAST(%s AS {}[])))").format(
+        sql.SQL("{} IN (SELECT unnest(CAST(%b AS {}[])))").format(
             sql.Identifier(name), sql.SQL(table.columns[name].type.compile(dialect=dialect))
         )
         for name in where_in

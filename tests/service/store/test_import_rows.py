@@ -59,7 +59,7 @@ def _lines(api: Any) -> list[dict[str, Any]]:
     full |= {"tie_set": ["reduce_f32_p4_a2_u2", "reduce_f32_p1_a1_u1"], "unmeasured": 3}
     full["confirmed"] = True
     bare = copy.deepcopy(base)
-    bare["measurement"] = {"outcome": "ok", "median_us": 70.0}  # undated, no quantiles
+    bare["measurement"] = {"outcome": "ok", "median_us": 70}  # undated, no quantiles, an int
     zeros = copy.deepcopy(base)
     zeros["measurement"] |= {"reps": 0, "throughput": 0.0, "energy_j": 0.0, "compile_seconds": 0}
     zeros["measurement"]["created_at"] = "2026-11-30T23:59:59.123456"  # no zone: UTC
