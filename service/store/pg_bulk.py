@@ -59,16 +59,21 @@ def _preparer(column: Column[Any], dialect: Dialect) -> _Prepare:
     """A row dict -> the column's value as SQLAlchemy would bind it: the row's value, else
     the column's Python default (a callable called per row), through the type's processor."""
     name, default = column.name, column.default
-    process = column.type.dialect_impl(dialect).bind_processor(dialect) or (lambda value: value)
+    take: _Prepare
     if default is None:
-        return lambda row: process(row.get(name))
-    if default.is_callable:
+        take = lambda row: row.get(name)  # noqa: E731
+    elif default.is_callable:
         make = default.arg  # type: ignore[attr-defined]  # SQLAlchemy wraps it to take a context
-        return lambda row: process(row[name] if name in row else make(None))
-    if default.is_scalar:
+        take = lambda row: row[name] if name in row else make(None)  # noqa: E731
+    elif default.is_scalar:
         value = default.arg  # type: ignore[attr-defined]
-        return lambda row: process(row.get(name, value))
-    raise ValueError(f"{column}: a default that is neither a value nor a Python callable")
+        take = lambda row: row.get(name, value)  # noqa: E731
+    else:
+        raise ValueError(f"{column}: a default that is neither a value nor a Python callable")
+    process = column.type.dialect_impl(dialect).bind_processor(dialect)
+    if process is None:
+        return take
+    return lambda row: process(take(row))
 
 
 def _table(model: type[Any]) -> Table:

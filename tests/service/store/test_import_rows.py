@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from service.store import pg_bulk
 from service.store.best import upsert_best
 from service.store.db import make_engine, make_sessionmaker
+from service.store.import_batches import ImportMemo
 from service.store.imports import import_lines
 from service.store.keys import device_row, ensure_variants, toolchain_row
 from service.store.models import BestConfig, Measurement, Toolchain
@@ -188,5 +189,57 @@ def test_every_way_of_writing_a_chunk_stores_the_rows_of_the_orm(
                 assert variants == [variant_id] * len(lines)
             revisions = session.scalars(select(BestConfig.revision)).all()
             assert len(revisions) == 3 * len(lines) and None not in revisions
+    finally:
+        engine.dispose()
+
+
+def _timed(median: float) -> dict[str, Any]:
+    return {"outcome": "ok", "median_us": median, "p20_us": median * 0.99,
+            "p80_us": median * 1.01, "created_at": "2026-12-02T10:00:00"}  # fmt: skip
+
+
+def test_a_key_another_writer_stores_meanwhile_goes_the_upsert_way(
+    api: Any, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between a chunk's read of the stored keys and its write, another import commits two of
+    its keys: the chunk's insert skips them (on PostgreSQL: RETURNING leaves them out) and
+    they are decided against the stored rows as any line of a stored key is."""
+    lines = _lines(api)[:3]
+    for line in lines:
+        line["measurement"] = _timed(50.0)
+    other = copy.deepcopy(lines[1:])
+    for line, median in zip(other, (100.0, 10.0), strict=True):  # slower, faster
+        line["variant"]["id"] = "f" * 64
+        line["measurement"] = _timed(median)
+    engine = make_engine(database_url)
+    maker = make_sessionmaker(engine)
+    prefetch = ImportMemo.prefetch
+    writes: list[Any] = []
+
+    def then_another_writer(memo: ImportMemo, session: Session, chunk: Any) -> None:
+        prefetch(memo, session, chunk)
+        if not writes:
+            writes.append("once")
+            with maker() as elsewhere:
+                writes.append(import_lines(elsewhere, "\n".join(map(json.dumps, other))))
+                elsewhere.commit()
+
+    monkeypatch.setattr(ImportMemo, "prefetch", then_another_writer)
+    try:
+        with maker() as session:
+            answer = import_lines(session, "\n".join(map(json.dumps, lines)))
+            session.commit()
+        assert writes[1].inserted == 2
+        assert (answer.inserted, answer.replaced, answer.kept) == (1, 1, 1)
+        with maker() as session:
+            winners = dict(
+                session.execute(
+                    select(BestConfig.problem_key, Measurement.median_us).join(
+                        Measurement, Measurement.id == BestConfig.measurement_id
+                    )
+                ).all()
+            )
+            assert len(session.scalars(select(Measurement.id)).all()) == 5  # all kept
+        assert sorted(winners.values()) == [10.0, 50.0, 50.0]
     finally:
         engine.dispose()
