@@ -14,20 +14,35 @@ writes are shared:
   configs are inserted ignoring conflicts, and a line whose key another writer stored
   meanwhile goes through ``upsert_best`` as before. Anything else (a key stored already, a
   possible duplicate) first writes what is pending, then takes the line-by-line path.
+
+Per chunk, on PostgreSQL the reads and writes are one short statement each
+(:mod:`service.store.pg_bulk`: ids from the sequence, the measurements by COPY, the best
+configs from arrays with RETURNING, the keys read by array); on SQLite Core executemany and
+IN lists of 500 (a statement there costs no round trip and no query parse in the driver).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from service.store import pg_bulk
 from service.store.keys import device_row, ensure_variants, toolchain_row
-from service.store.models import BestConfig, Device, Measurement, Toolchain, Variant, utcnow
+from service.store.models import (
+    BEST_CONFIG_KEY,
+    BestConfig,
+    Device,
+    Measurement,
+    Toolchain,
+    Variant,
+    utcnow,
+)
 from service.store.transfer import ExportRecord
 from tuner.problems import Problem
 from tuner.types import Toolchain as ToolchainKey
@@ -150,6 +165,19 @@ class ImportMemo:
         """The stored best keys and measured (variant, problem) pairs the lines may meet."""
         keys = sorted({self.key(problem) for _, problem in lines})
         variants = sorted({record.variant.id for record, _ in lines})
+        if pg_bulk.applies(session):  # one statement each, the keys as an array
+            self.best_keys.update(
+                pg_bulk.rows_where_in(session, BestConfig, BEST_CONFIG_KEY, {"problem_key": keys})
+            )
+            pairs = pg_bulk.rows_where_in(
+                session,
+                Measurement,
+                ("variant_id", "problem_key"),
+                {"problem_key": keys, "variant_id": variants},
+                distinct=True,
+            )
+            self.measured.update(pairs)  # type: ignore[arg-type]
+            return
         for start in range(0, len(keys), _IN_LIMIT):
             part = keys[start : start + _IN_LIMIT]
             self.best_keys.update(
@@ -222,39 +250,21 @@ class PendingInserts:
         lines, self._lines = self._lines, []
         if not lines:
             return []
-        ids = self._measurements(session, lines)
+        measurements = [_measurement_row(line) for line in lines]
+        bulk = pg_bulk.applies(session)
+        if bulk:
+            ids = pg_bulk.new_ids(session, Measurement, len(lines))
+            for row, mid in zip(measurements, ids, strict=True):
+                row["id"] = mid
+            pg_bulk.copy_rows(session, Measurement, measurements)
+        else:
+            ids = _insert_measurements(session, measurements)
         now = utcnow()
-        _insert_ignore_many(
-            session,
-            BestConfig,
-            [
-                {
-                    "op": line.record.op,
-                    "dtype": line.record.dtype,
-                    "layout": line.record.layout,
-                    "problem": line.dims,
-                    "problem_key": line.key,
-                    "device_id": line.device_id,
-                    "toolchain_id": line.toolchain_id,
-                    "measurement_id": mid,
-                    "tie_set": list(line.record.tie_set) or None,
-                    "unmeasured": line.record.unmeasured,
-                    "confirmed": line.record.confirmed,
-                    "created_at": now,
-                    "updated_at": now,
-                }
-                for line, mid in zip(lines, ids, strict=True)
-            ],
-        )
-        stored: set[int] = set()
-        for start in range(0, len(ids), _IN_LIMIT):
-            stored.update(
-                session.scalars(
-                    select(BestConfig.measurement_id).where(
-                        BestConfig.measurement_id.in_(ids[start : start + _IN_LIMIT])
-                    )
-                )
-            )
+        best = [_best_row(line, mid, now) for line, mid in zip(lines, ids, strict=True)]
+        if bulk:
+            stored = set(pg_bulk.insert_new(session, BestConfig, best, "measurement_id"))
+        else:
+            stored = _insert_best(session, best, ids)
         outcomes: list[str] = []
         for line, mid in zip(lines, ids, strict=True):
             if mid not in stored:
@@ -263,48 +273,80 @@ class PendingInserts:
                 outcomes.append(self._upsert(session, measurement, line.record, line.margin))
         return outcomes
 
-    @staticmethod
-    def _measurements(session: Session, lines: list[_Line]) -> list[int]:
-        """Insert the lines' measurements (one executemany per set of fields); their ids."""
-        rows: list[dict[str, Any]] = []
-        for line in lines:
-            record = line.record
-            rows.append(
-                {
-                    **record.measurement.model_dump(exclude_none=True),
-                    "variant_id": record.variant.id,
-                    "op": record.op,
-                    "dtype": record.dtype,
-                    "layout": record.layout,
-                    "problem": line.dims,
-                    "problem_key": line.key,
-                    "device_id": line.device_id,
-                    "toolchain_id": line.toolchain_id,
-                    "log": "imported",
-                }
-            )
-        ids: list[int] = [0] * len(rows)
-        groups: dict[tuple[str, ...], list[int]] = {}
-        for index, row in enumerate(rows):
-            groups.setdefault(tuple(sorted(row)), []).append(index)
-        for indexes in groups.values():
-            # Core executemany (insertmanyvalues): one compiled statement for the group, where
-            # the ORM's bulk path and multi-row VALUES spent seconds compiling 1,000 rows
-            statement = insert(Measurement.__table__).returning(  # type: ignore[arg-type]
-                Measurement.__table__.c.id, sort_by_parameter_order=True
-            )
-            result = session.connection().execute(statement, [rows[i] for i in indexes])
-            for index, mid in zip(indexes, result.scalars(), strict=True):
-                ids[index] = mid
-        return ids
+
+def _measurement_row(line: _Line) -> dict[str, Any]:
+    """A pending line's measurement row (the columns it leaves out take their defaults)."""
+    record = line.record
+    return {
+        **record.measurement.model_dump(exclude_none=True),
+        "variant_id": record.variant.id,
+        "op": record.op,
+        "dtype": record.dtype,
+        "layout": record.layout,
+        "problem": line.dims,
+        "problem_key": line.key,
+        "device_id": line.device_id,
+        "toolchain_id": line.toolchain_id,
+        "log": "imported",
+    }
 
 
-def _insert_ignore_many(session: Session, model: Any, rows: list[dict[str, Any]]) -> None:
-    """``keys.insert_ignore`` as one executemany (a statement compiled once)."""
-    dialect = session.get_bind().dialect.name
-    insert_for = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert_for(model.__table__).on_conflict_do_nothing()
+def _best_row(line: _Line, measurement_id: int, now: datetime) -> dict[str, Any]:
+    """A pending line's best config row."""
+    record = line.record
+    return {
+        "op": record.op,
+        "dtype": record.dtype,
+        "layout": record.layout,
+        "problem": line.dims,
+        "problem_key": line.key,
+        "device_id": line.device_id,
+        "toolchain_id": line.toolchain_id,
+        "measurement_id": measurement_id,
+        "tie_set": list(record.tie_set) or None,
+        "unmeasured": record.unmeasured,
+        "confirmed": record.confirmed,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+def _insert_measurements(session: Session, rows: list[dict[str, Any]]) -> list[int]:
+    """Insert measurement rows (one executemany per set of fields); their ids."""
+    ids: list[int] = [0] * len(rows)
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for index, row in enumerate(rows):
+        groups.setdefault(tuple(sorted(row)), []).append(index)
+    for indexes in groups.values():
+        # Core executemany (insertmanyvalues): one compiled statement for the group, where
+        # the ORM's bulk path and multi-row VALUES spent seconds compiling 1,000 rows
+        statement = insert(Measurement.__table__).returning(  # type: ignore[arg-type]
+            Measurement.__table__.c.id, sort_by_parameter_order=True
+        )
+        result = session.connection().execute(statement, [rows[i] for i in indexes])
+        for index, mid in zip(indexes, result.scalars(), strict=True):
+            ids[index] = mid
+    return ids
+
+
+def _insert_best(session: Session, rows: list[dict[str, Any]], ids: list[int]) -> set[int]:
+    """Insert best config rows ignoring conflicts (one executemany: a statement compiled
+    once); the measurement ids of those stored."""
+    insert_for = (
+        postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    )
+    statement = insert_for(BestConfig).on_conflict_do_nothing()
     session.connection().execute(statement, rows)
+    stored: set[int] = set()
+    for start in range(0, len(ids), _IN_LIMIT):
+        stored.update(
+            session.scalars(
+                select(BestConfig.measurement_id).where(
+                    BestConfig.measurement_id.in_(ids[start : start + _IN_LIMIT])
+                )
+            )
+        )
+    return stored
 
 
 def measured_pair(record: ExportRecord, key: str) -> tuple[str, str]:

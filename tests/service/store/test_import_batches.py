@@ -1,17 +1,23 @@
 """An import of many lines keeps its line-by-line meaning while it reads and writes in chunks
 (service.store.import_batches): refused lines reported by number in any chunk, duplicates of
-stored rows and of earlier lines, a later line of a key decided against the earlier one."""
+stored rows and of earlier lines, a later line of a key decided against the earlier one; and
+the cyclic GC paused while imports run (service.store.imports.paused_gc)."""
 
 from __future__ import annotations
 
 import copy
+import gc
 import json
+import threading
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
+from service.store import imports
 from service.store.import_batches import CHUNK_LINES
+from service.store.imports import paused_gc
 from service.store.models import BestConfig, Measurement
 from tests.service.store.test_import_checks import _post, _record, strict  # noqa: F401 (fixture)
 
@@ -71,3 +77,68 @@ def test_a_file_over_several_chunks_means_what_it_meant_line_by_line(
     assert again["duplicates"] == answer["records"] - 1 and again["refused"] == 1
     assert again["inserted"] == again["replaced"] == again["kept"] == 0
     assert _count(maker, Measurement) == measured
+
+
+def test_the_cyclic_gc_is_paused_until_the_last_of_overlapping_imports_ends() -> None:
+    assert gc.isenabled()
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, bool] = {}
+
+    def first() -> None:
+        with paused_gc():
+            first_in.set()
+            second_in.wait(10)
+        seen["after the first ended"] = gc.isenabled()
+        first_out.set()
+
+    def second() -> None:
+        first_in.wait(10)
+        with paused_gc():
+            second_in.set()
+            first_out.wait(10)
+            seen["in the second"] = gc.isenabled()
+            with paused_gc():  # nested in the same thread
+                pass
+            seen["after a nested one"] = gc.isenabled()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert seen == {
+        "after the first ended": False,
+        "in the second": False,
+        "after a nested one": False,
+    }
+    assert gc.isenabled()  # the last one ended
+    gc.disable()
+    try:
+        with paused_gc():
+            pass
+        assert not gc.isenabled()  # disabled before: left so
+    finally:
+        gc.enable()
+    with pytest.raises(RuntimeError), paused_gc():
+        raise RuntimeError("an import that fails")
+    assert gc.isenabled()
+
+
+def test_an_import_runs_with_the_gc_paused(
+    api: Any,
+    strict: tuple[TestClient, dict[str, str], Any],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client, admin, _ = strict
+    states: list[bool] = []
+    record = imports._record
+
+    def watched(line: str, number: int) -> Any:
+        states.append(gc.isenabled())
+        return record(line, number)
+
+    monkeypatch.setattr(imports, "_record", watched)
+    lines = [json.dumps(_line(api, m)) for m in (1, 2, 3)]
+    assert _post(client, admin, "\n".join(lines)).json()["inserted"] == 3
+    assert states == [False, False, False]
+    assert gc.isenabled()

@@ -4,6 +4,7 @@ and the revisions migration 0010's triggers stamp."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -17,6 +18,7 @@ from service.api.fastpath import CachedLookupMiddleware, parse_lookup
 from service.settings import Settings
 from service.store.db import downgrade, make_engine, upgrade
 from service.store.models import BestConfig, Device
+from service.store.tokens import create_token
 from tests.service.store.test_lookup_index import CPU, H100, H200, NEW_TC, OLD_TC, _store
 
 SHAPES = [(256, 256, 256), (512, 1024, 64), (4096, 128, 4096), (16, 4096, 4096)]
@@ -139,6 +141,51 @@ def test_a_write_is_seen_by_the_next_lookup(client: TestClient, settings: Settin
     assert (answer["variant_name"], answer["exact"]) == ("c", True)
     near = client.get("/v1/configs/best", params={**exact, "m": 249}).json()
     assert near["tuned_problem"] == {"m": 250, "n": 256, "k": 256}
+
+
+def _import_record(problem: dict[str, int], median: float, name: str) -> dict[str, Any]:
+    return {
+        "op": "gemm",
+        "dtype": "f16",
+        "layout": "rcr",
+        "problem": problem,
+        "device": H200,
+        "toolchain": NEW_TC,
+        "variant": {"id": f"sha-{name}", "name": name, "params": {"name": name}},
+        "measurement": {"outcome": "ok", "median_us": median, "p20_us": median * 0.99,
+                        "p80_us": median * 1.01, "created_at": "2026-12-01T10:00:00+00:00"},
+    }  # fmt: skip
+
+
+def test_an_imports_rows_are_seen_by_the_next_lookup(client: TestClient) -> None:
+    """New keys of an import are written in bulk (on PostgreSQL COPY and INSERT ... SELECT
+    FROM unnest): the revision triggers stamp them and the change signal moves, as for a
+    line written on its own (a key stored already)."""
+    maker = client.app.state.sessionmaker  # type: ignore[attr-defined]
+    _seed(maker)
+    with maker() as session:
+        token = create_token(session, "importer", ["admin"])
+        session.commit()
+    exact = {**QUERIES[0], "device": "H200"}
+    new = {**exact, "m": 250, "n": 250}
+    assert client.get("/v1/configs/best", params=exact).json()["variant_name"] == "a"  # loaded
+    assert client.get("/v1/configs/best", params=new).json()["exact"] is False
+    lines = [
+        _import_record({"m": 250, "n": 250, "k": 256}, 2.0, "imported-new"),
+        _import_record({"m": 1, "n": 2, "k": 3}, 2.0, "imported-other"),
+        _import_record({"m": 256, "n": 256, "k": 256}, 1.0, "imported-faster"),
+    ]
+    answer = client.post(
+        "/v1/import",
+        content="\n".join(json.dumps(line) for line in lines),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"},
+    ).json()
+    assert (answer["inserted"], answer["replaced"]) == (2, 1), answer
+    found = client.get("/v1/configs/best", params=new).json()
+    assert (found["variant_name"], found["exact"]) == ("imported-new", True)
+    assert client.get("/v1/configs/best", params=exact).json()["variant_name"] == "imported-faster"
+    other = client.get("/v1/configs/best", params={**exact, "m": 1, "n": 2, "k": 3}).json()
+    assert (other["variant_name"], other["exact"]) == ("imported-other", True)
 
 
 def test_staleness_lets_a_lookup_answer_from_memory_for_that_long(settings: Settings) -> None:
