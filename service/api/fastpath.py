@@ -15,8 +15,10 @@ middleware, in front of FastAPI:
   the function the route itself answers with, so bodies, statuses and headers (304 too)
   are the same bytes;
 - drops every kept answer when the database's change signal moves
-  (:class:`service.store.freshness.ChangeSignal`: one PRAGMA or one cheap query per
-  lookup), so a write committed by any process is seen by the next lookup;
+  (:class:`service.store.freshness.ChangeSignal`: one PRAGMA per lookup, or on PostgreSQL
+  one query shared by the lookups that arrived before it was sent, awaited without holding
+  the loop: :meth:`service.store.read_model.ReadModel.check_async`), so a write committed by
+  any process is seen by the next lookup;
 - tokens stay the route's to check: a request that needs one (``read_token_required``)
   and sends none, or sends an ``Authorization`` that is not a bearer token, always goes to
   the route; a bearer token is answered from the cache only once the route has answered a
@@ -158,7 +160,7 @@ class CachedLookupMiddleware:
             await self.app(scope, receive, send)  # the route answers 401 (or an open read)
             return
         try:
-            version = self.model.check()
+            version = await self.model.check_async()
         except Exception:  # the database is unreachable: the route answers that as always
             await self.app(scope, receive, send)
             return

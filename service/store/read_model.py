@@ -20,10 +20,20 @@ validation). The read model answers them from memory instead:
   (:class:`service.store.freshness.ChangeSignal`: one ``PRAGMA data_version`` on SQLite, one
   query on PostgreSQL); when it moved, the rows with a newer revision are loaded (usually
   one). On PostgreSQL a value read while a writer is in flight is not trusted (revisions can
-  commit out of order): the lookup goes to the full path until it settles.
-  ``TUNEHUB_LOOKUP_STALENESS_MS`` > 0 skips the signal for that long after a check, so a
+  commit out of order): the known revision stays, and the same query's snapshot says which
+  revisions above it are visible; only when one of them is not loaded yet are the rows above
+  the known revision loaded again, so every commit finished before the lookup is answered and
+  a writer in flight costs no query per lookup.
+- one check serves many lookups (:meth:`ReadModel.check_async`, the event loop's way): a
+  lookup waits for a check that was sent after it arrived (a check already in flight may have
+  read the database before the lookup's client saw its own commit, so it does not count),
+  and every lookup that arrived while one check was in flight shares the next. The guarantee
+  is the same as one check per lookup (no answer older than a commit that finished before
+  the lookup arrived); the round trips per second are bounded by the round-trip time, not
+  by the lookups, and the loop serves other requests while PostgreSQL answers.
+- ``TUNEHUB_LOOKUP_STALENESS_MS`` > 0 skips the signal for that long after a check, so a
   lookup may answer up to that many milliseconds behind a commit; 0 (the default) checks it
-  on every lookup.
+  for every lookup as above.
 
 Anything the model cannot answer exactly as the full path would (no group may answer: a 404
 with its explanation; a model not loaded yet; an unsettled signal) returns None.
@@ -31,6 +41,7 @@ with its explanation; a model not loaded yet; an unsettled signal) returns None.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Sequence
@@ -78,28 +89,80 @@ class ReadModel:
         self._version: object = None
         self._usable = False
         self._checked_at = float("-inf")
-        #: how many times rows were read from the database (tests watch it)
+        # check_async's lookups waiting for the next check, and whether one is running
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: list[asyncio.Future[object]] = []
+        self._checking = False
+        self._task: asyncio.Task[None] | None = None  # held: the loop keeps weak references
+        #: how many times rows were read from the database, and check_async's signal reads
+        #: (tests watch them)
         self.loads = 0
+        self.checks = 0
 
     def check(self) -> object:
         """Bring the model up to date with the database (at most every staleness) and return
         the change signal's value it holds (on PostgreSQL, while a writer is in flight, a
-        value equal to nothing, and the model answers nothing until it settles). Raises when
-        the database is unreachable."""
+        value equal to nothing; the model answers as of every commit visible then). Raises
+        when the database is unreachable."""
         now = time.monotonic()
         if self._usable and now - self._checked_at < self._staleness:
             return self._version
-        version = self._signal.current()
+        return self._apply(self._signal.current(self._floor()), now)
+
+    async def check_async(self) -> object:
+        """:meth:`check` for the event loop: on PostgreSQL the lookup waits (without holding
+        the loop) for the first check sent after it arrived, shared with every lookup that
+        arrived before that check was sent."""
+        now = time.monotonic()
+        if self._sqlite or (self._usable and now - self._checked_at < self._staleness):
+            return self.check()
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # another loop (a test client's): start over
+            self._loop, self._waiting, self._checking = loop, [], False
+        waiter: asyncio.Future[object] = loop.create_future()
+        self._waiting.append(waiter)
+        if not self._checking:
+            self._checking = True
+            self._task = loop.create_task(self._run_checks())
+        return await waiter
+
+    async def _run_checks(self) -> None:
+        """Checks back to back while lookups wait: each serves the lookups that arrived
+        before it was sent (taken from the queue first), never one that arrived after."""
+        try:
+            while self._waiting:
+                served, self._waiting = self._waiting, []
+                self.checks += 1
+                try:
+                    now = time.monotonic()
+                    token = await self._signal.current_async(self._floor())
+                    version = self._apply(token, now)
+                except Exception as error:
+                    for waiter in served:
+                        if not waiter.done():
+                            waiter.set_exception(error)
+                else:
+                    for waiter in served:
+                        if not waiter.done():
+                            waiter.set_result(version)
+        finally:
+            self._checking = False
+
+    def _floor(self) -> int:
+        state = self._state
+        return state.revision if state is not None else -1
+
+    def _apply(self, version: object, now: float) -> object:
+        """Take in one reading of the change signal, taken at ``now`` or later."""
         with self._lock:
             if isinstance(version, Unsettled):
                 # a writer is in flight: its revisions may commit out of order, so the known
-                # revision stays; rows committed since are loaded all the same (unless no
-                # write began since the last check), so every committed write is answered
-                if self._state is None or version.value != self._version:
+                # revision stays; rows committed since are loaded all the same, unless every
+                # revision visible above it is loaded already
+                if self._state is None or not version.visible <= self._state.above:
                     self._state = self._load(self._state, None)
                 self._usable = True
-                # within the staleness the catch-up stands (with 0, each lookup catches up
-                # while the writer is in flight: one indexed query each)
+                # within the staleness the catch-up stands
                 self._checked_at = now
                 return version
             if self._state is None or version != self._version:
@@ -132,6 +195,8 @@ class ReadModel:
             state.revision = max([known, *(row.revision or 0 for row in rows)])
         elif isinstance(version, int):
             state.revision = max(known, version)
+        # every visible revision above the known one was just loaded (the rows above it)
+        state.above = frozenset(r.revision for r in rows if (r.revision or 0) > state.revision)
         return state
 
 
@@ -141,6 +206,8 @@ class _State:
 
     def __init__(self) -> None:
         self.revision = -1
+        #: the revisions above ``revision`` that the last load took in (PostgreSQL)
+        self.above: frozenset[int] = frozenset()
         self.rows: dict[int, Row[Any]] = {}
         self.exact: dict[ExactKey, int] = {}
         self.snapshot = Snapshot()
