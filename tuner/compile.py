@@ -3,7 +3,8 @@
 Key: the variant id, which already hashes the rendered source, every flag (the target arch
 among them) and the compiler's identity. Layout: ``<root>/<key[:2]>/<key>/`` holding the
 artifact, ``source`` and ``log``; a failed compile holds ``failed`` instead of the artifact, so a
-known-broken variant is not compiled again (timeouts are not cached: they may pass next time).
+known-broken variant is not compiled again. Timeouts and killed compilers are not cached: they say
+nothing about the source (a worker stopped mid-build, the OOM killer) and may pass next time.
 
 ``build_batched`` compiles many variants in one compiler invocation (one shared object with
 a symbol per variant) and still gives every variant its own entry, keyed by its own id: the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -41,6 +43,20 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: how a compiler reports that it, or a process it ran, was killed by a signal: nvcc's own
+#: messages and gcc's (a negative return code is the compiler itself killed)
+_KILLED = re.compile(
+    r"^(nvcc: (Terminated|Killed)|nvcc error\s*: '.*' died due to signal"
+    r"|\S+: fatal error: Killed signal)",
+    re.MULTILINE,
+)
+
+
+def _killed(returncode: int, output: str) -> bool:
+    """True when a failed compile was killed rather than refused: never cached."""
+    return returncode < 0 or _KILLED.search(output) is not None
+
 
 #: (source path, output path, flags) -> argv of the compiler (never run through a shell)
 ArgvFactory = Callable[[Path, Path, Sequence[str]], list[str]]
@@ -169,6 +185,9 @@ def _compile_one(
     text = f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}"
     (staged / "log").write_text(text)
     ok = proc.returncode == 0 and artifact.exists()
+    if not ok and _killed(proc.returncode, text):
+        shutil.rmtree(staged, ignore_errors=True)
+        return CompileResult(variant.id, False, None, time.monotonic() - started, False, text)
     if not ok:
         artifact.unlink(missing_ok=True)
         (staged / "failed").write_text(str(proc.returncode))
@@ -264,10 +283,14 @@ def _compile_batch(
         seconds = time.monotonic() - started
         return {v.id: CompileResult(v.id, False, None, seconds, False, str(exc)) for v in batch}
     ok = proc.returncode == 0 and artifact.exists()
+    text = f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}"
+    if not ok and _killed(proc.returncode, text):
+        shutil.rmtree(staged, ignore_errors=True)
+        seconds = time.monotonic() - started
+        return {v.id: CompileResult(v.id, False, None, seconds, False, text) for v in batch}
     if not ok and len(batch) > 1:
         shutil.rmtree(staged, ignore_errors=True)
         return None
-    text = f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}"
     seconds = (time.monotonic() - started) / len(batch)  # the batch's time, shared out
     results: dict[str, CompileResult] = {}
     for variant in batch:

@@ -107,3 +107,29 @@ def test_a_relative_root_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     result = build(cache, [variant])[variant.id]
     assert result.ok, result.log
     assert result.artifact and Path(result.artifact).is_absolute()
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "kill -TERM $$",  # the compiler itself killed: a negative return code
+        "echo 'nvcc: Terminated' >&2; exit 255",  # nvcc stopped by SIGTERM
+        "echo \"nvcc error   : 'cicc' died due to signal 9 (Kill signal)\" >&2; exit 255",
+        "echo 'g++: fatal error: Killed signal terminated program cc1plus' >&2; exit 1",
+    ],
+)
+def test_a_killed_compile_is_not_cached(tmp_path: Path, script: str) -> None:
+    """A build killed mid-way (a worker stopped, the OOM killer) says nothing about the source:
+    the next build compiles again instead of answering 'failed' from the cache."""
+    cache = CompileCache(tmp_path)
+    variant = tiny_variant("int x = 1; (void)x;")
+
+    def killed_argv(source: Path, output: Path, flags: Sequence[str]) -> list[str]:
+        return ["sh", "-c", script]
+
+    first = build_variants(
+        cache, [variant], killed_argv, source_name="k.cpp", workers=1, timeout_s=60.0
+    )
+    assert not first[variant.id].ok and cache.lookup(variant.id) is None
+    second = build(cache, [variant])[variant.id]
+    assert second.ok and not second.cached
