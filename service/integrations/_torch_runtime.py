@@ -3,46 +3,44 @@ per (op, epilogue, layout, dtype, dims, device), the shapes seen and the active 
 
 The first call of a shape resolves it (:meth:`Runtime.entry`, under a lock): ask the
 client's on-disk answer cache, then the service; check the distance bound; load the winner's
-library by the load policy; ask ``tunehub_can_run``. The result, a kernel or a fallback, is
-kept in ``Runtime.kernels``; every later call of that shape costs a dict lookup and the
-ctypes call (or torch's op). A fallback is logged once per shape and counted per call.
+library by the load policy (:mod:`._torch_winner`); ask ``tunehub_can_run``. The result, a
+kernel or a fallback, is kept in ``Runtime.kernels``; every later call of that shape costs a
+dict lookup and the ctypes call (or torch's op). A fallback is logged once per shape and
+counted per call. The configuration is :mod:`._torch_config`'s, the shape keys'
+problems :mod:`._torch_problems`' (both re-exported here).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 import torch
 from pydantic import ValidationError
 
-from service.client import (
-    ApiError,
-    Cached,
-    ClientError,
-    ConnectionFailed,
-    RetryPolicy,
-    ServiceDown,
+from service.client import ApiError, ClientError, ConnectionFailed, RetryPolicy, ServiceDown
+from service.integrations._client_env import env_client
+from service.integrations._torch_config import (
+    LOAD_POLICIES,
+    ArtifactClient,
+    TorchConfig,
+    config_from_env,
 )
-from service.integrations._client_env import client_cache_dir, env_client
-from service.integrations._torch_build import DEFAULT_BUILD_TIMEOUT_S, BuildError, build_variant
 from service.integrations._torch_device import backend_of_key, device_key
-from service.integrations._torch_loader import (
-    ABI,
-    KernelLibrary,
-    LoadError,
-    int64_array,
-    load_library,
-    reason_text,
+from service.integrations._torch_loader import KernelLibrary, int64_array, reason_text
+from service.integrations._torch_problems import (
+    DTYPE_NAMES,
+    DTYPES,
+    NO_EPILOGUE,
+    SCALED_OUT_CODES,
+    SCALING_CODES,
+    problem_of,
 )
 from service.integrations._torch_record import ShapeRecorder
 from service.integrations._torch_stats import (
@@ -52,11 +50,13 @@ from service.integrations._torch_stats import (
     ShapeStat,
     TorchStats,
 )
-from service.schemas.configs import MAX_NEAREST_DISTANCE, BestConfigOut, ConfigQuery
+from service.integrations._torch_winner import NoLibrary, load_winner
+from service.schemas.configs import BestConfigOut, ConfigQuery
 
 __all__ = [
     "LOAD_POLICIES",
     "TorchConfig",
+    "ArtifactClient",
     "Entry",
     "Runtime",
     "RUNTIME",
@@ -69,94 +69,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-LOAD_POLICIES = ("artifact", "source", "auto")
-#: torch dtypes the kernels take, by tunehub's name
-DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
-#: every dtype a shape key may hold, by tunehub's name (FP8 e4m3: scaled_mm's inputs only)
-DTYPE_NAMES: dict[torch.dtype, str] = {**DTYPES}
-if hasattr(torch, "float8_e4m3fn"):
-    DTYPE_NAMES[torch.float8_e4m3fn] = "e4m3"
-#: a problem without a fused epilogue (the epilogue is left out of its dims and key)
-NO_EPILOGUE = "none"
-#: scaled_gemm's out_dtype and scaling codes, ABI dims 4 and 5 (tuner.fp8 defines them; a
-#: test checks these agree)
-SCALED_OUT_CODES = ("bf16", "f16")
-SCALING_CODES = ("per_tensor", "block")
-_REDUCE_KINDS = ("sum", "max", "mean")
-_CONV_DIMS = ("n", "h", "w", "c", "k", "r", "s", "stride", "pad", "dilation")
-_GROUPED_DIMS = ("experts", "n", "k", "tokens", "skew")
-#: ids and digests the service sends become folder names: nothing else may reach a path
-_SAFE_NAME = re.compile(r"^[0-9A-Za-z_-]{1,128}$")
-
-
-def problem_of(op: str, dims: Sequence[int], epilogue: str = NO_EPILOGUE) -> dict[str, Any]:
-    """The problem of ``op`` whose ABI dims are ``dims`` (reduce: kind code last; rms_norm:
-    the eps bits last, not part of the problem; scaled_gemm: the out_dtype and scaling codes
-    last). A gemm's fused ``epilogue`` joins the problem unless it is none."""
-    if op == "gemm":
-        problem = {"m": dims[0], "n": dims[1], "k": dims[2]}
-        return problem if epilogue == NO_EPILOGUE else {**problem, "epilogue": epilogue}
-    if op == "scaled_gemm":
-        codes = {"out_dtype": SCALED_OUT_CODES[dims[3]], "scaling": SCALING_CODES[dims[4]]}
-        return {"m": dims[0], "n": dims[1], "k": dims[2], **codes}
-    if op == "reduce":
-        return {"m": dims[0], "k": dims[1], "kind": _REDUCE_KINDS[dims[2]]}
-    if op in ("softmax", "rms_norm"):
-        return {"m": dims[0], "k": dims[1]}
-    if op == "conv2d":
-        return dict(zip(_CONV_DIMS, dims, strict=True))
-    if op == "grouped_gemm":  # the bucket; the tokens per expert are not in the key
-        return dict(zip(_GROUPED_DIMS, dims[:5], strict=True))
-    raise ValueError(f"unknown op {op!r}")
-
-
-class ArtifactClient(Protocol):
-    """What the runtime asks of :class:`service.client.TunehubClient`."""
-
-    def best(self, query: ConfigQuery) -> Cached[BestConfigOut]: ...
-
-    def best_from_cache(self, query: ConfigQuery) -> Cached[BestConfigOut] | None: ...
-
-    def fetch_artifact(self, ref: Any, dest_dir: Path) -> Path: ...
-
-    def variant_build(self, variant_id: str) -> Any: ...
-
-
-@dataclass(frozen=True)
-class TorchConfig:
-    """Where answers come from and how winners are loaded (see ``configure``)."""
-
-    server: str | None = None
-    token: str | None = None
-    cache_dir: Path = Path(".")
-    #: artifact: download (sha256 checked) and load; source: compile the variant's source
-    #: here; auto: the artifact, else the source
-    load: str = "auto"
-    max_distance: float = MAX_NEAREST_DISTANCE
-    #: ask the service even when the on-disk cache has an answer (a fresher winner)
-    revalidate: bool = False
-    build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S
-
-
-def config_from_env() -> TorchConfig:
-    load = os.environ.get("TUNEHUB_TORCH_LOAD", "auto")
-    if load not in LOAD_POLICIES:
-        log.warning("TUNEHUB_TORCH_LOAD=%r is not one of %s; using auto", load, LOAD_POLICIES)
-        load = "auto"
-    distance = MAX_NEAREST_DISTANCE
-    if raw := os.environ.get("TUNEHUB_TORCH_MAX_DISTANCE"):
-        try:
-            distance = float(raw)
-        except ValueError:
-            log.warning("TUNEHUB_TORCH_MAX_DISTANCE=%r is not a number; using %g", raw, distance)
-    return TorchConfig(
-        server=os.environ.get("TUNEHUB_SERVER") or None,
-        token=os.environ.get("TUNEHUB_TOKEN") or None,
-        cache_dir=client_cache_dir(),
-        load=load,
-        max_distance=distance,
-    )
 
 
 class Entry:
@@ -417,7 +329,14 @@ class Runtime:
                 f"the nearest tuned shape ({tuned}) is at log2 distance {answer.distance:.2f}, "
                 f"beyond {self.config.max_distance:g}",
             )
-        library, loaded_from = self._load(answer, backend_of_key(stat.device))
+        client = self.client
+        assert client is not None  # an answer came from it
+        try:
+            library, loaded_from = load_winner(
+                answer, backend_of_key(stat.device), self.config, client
+            )
+        except NoLibrary as exc:
+            raise _Resolved("no_library", str(exc)) from None
         code = library.can_run(dims)
         if code != 0:
             raise _Resolved(
@@ -426,69 +345,6 @@ class Runtime:
         local = answered_from == "on-disk cache" and loaded_from.endswith("cache")
         stat.source = "on-disk cache" if local else loaded_from.removesuffix(" cache")
         return library
-
-    # -- loading a winner ----------------------------------------------------------------
-
-    def _load(self, answer: BestConfigOut, backend: str) -> tuple[KernelLibrary, str]:
-        """(library, "artifact" | "artifact cache" | "source build" | "source build cache")."""
-        policy = self.config.load
-        errors = []
-        if policy in ("artifact", "auto"):
-            try:
-                return self._load_artifact(answer, backend)
-            except (LoadError, ClientError, OSError, _NoArtifact) as exc:
-                errors.append(f"artifact: {exc}")
-        if policy in ("source", "auto"):
-            try:
-                return self._load_source(answer)
-            except (LoadError, BuildError, ClientError, OSError) as exc:
-                errors.append(f"source build: {exc}")
-        raise _Resolved("no_library", f"{answer.variant_name}: " + "; ".join(errors))
-
-    def _load_artifact(self, answer: BestConfigOut, backend: str) -> tuple[KernelLibrary, str]:
-        ref = answer.artifact
-        if ref is None:
-            raise _NoArtifact("the answer names no artifact")
-        if ref.abi != ABI or ref.backend != backend:
-            raise _NoArtifact(f"a {ref.backend} artifact of ABI {ref.abi}, not {backend} {ABI}")
-        if not _SAFE_NAME.match(ref.sha256):
-            raise _NoArtifact(f"malformed sha256 {ref.sha256!r}")
-        folder = self.config.cache_dir / "artifacts" / ref.sha256
-        for present in sorted(folder.glob("*")) if folder.is_dir() else []:
-            try:
-                return load_library(present, ref.sha256), "artifact cache"
-            except LoadError as exc:  # a partial or altered file: fetch it again
-                log.warning("%s", exc)
-                present.unlink(missing_ok=True)
-        client = self.client
-        assert client is not None  # an answer came from it
-        folder.mkdir(parents=True, exist_ok=True)
-        try:
-            path = client.fetch_artifact(ref, folder)  # ArtifactMismatch on a bad sha256
-        except BaseException:
-            with contextlib.suppress(OSError):
-                folder.rmdir()  # nothing was kept: leave no empty folder either
-            raise
-        return load_library(path, ref.sha256), "artifact"
-
-    def _load_source(self, answer: BestConfigOut) -> tuple[KernelLibrary, str]:
-        if not _SAFE_NAME.match(answer.variant_id):
-            raise BuildError(f"malformed variant id {answer.variant_id!r}")
-        builds = self.config.cache_dir / "builds"
-        index = builds / "variants" / answer.variant_id
-        try:
-            built = builds / index.read_text().strip() / "kernel.so"
-            if built.is_file():
-                return load_library(built), "source build cache"
-        except OSError:
-            pass
-        client = self.client
-        assert client is not None
-        record = client.variant_build(answer.variant_id)
-        path, _ = build_variant(record, builds, timeout_s=self.config.build_timeout_s)
-        index.parent.mkdir(parents=True, exist_ok=True)
-        index.write_text(path.parent.name)
-        return load_library(path), "source build"
 
     # -- what the ops report ----------------------------------------------------------------
 
@@ -532,10 +388,6 @@ class Runtime:
     @staticmethod
     def _untuned(shapes: Iterable[ShapeStat]) -> list[ShapeStat]:
         return [s for s in shapes if s.fallback and s.fallback.reason in RECORDED_REASONS]
-
-
-class _NoArtifact(Exception):
-    """The answer has no artifact this process can load."""
 
 
 RUNTIME = Runtime()
