@@ -280,19 +280,13 @@ def _measurement_row(line: _Line) -> dict[str, Any]:
     return {
         **record.measurement.model_dump(exclude_none=True),
         "variant_id": record.variant.id,
-        "op": record.op,
-        "dtype": record.dtype,
-        "layout": record.layout,
-        "problem": line.dims,
-        "problem_key": line.key,
-        "device_id": line.device_id,
-        "toolchain_id": line.toolchain_id,
+        **_key_columns(line),
         "log": "imported",
     }
 
 
-def _best_row(line: _Line, measurement_id: int, now: datetime) -> dict[str, Any]:
-    """A pending line's best config row."""
+def _key_columns(line: _Line) -> dict[str, Any]:
+    """The columns a line's measurement and best config share: its problem on its device."""
     record = line.record
     return {
         "op": record.op,
@@ -302,6 +296,14 @@ def _best_row(line: _Line, measurement_id: int, now: datetime) -> dict[str, Any]
         "problem_key": line.key,
         "device_id": line.device_id,
         "toolchain_id": line.toolchain_id,
+    }
+
+
+def _best_row(line: _Line, measurement_id: int, now: datetime) -> dict[str, Any]:
+    """A pending line's best config row."""
+    record = line.record
+    return {
+        **_key_columns(line),
         "measurement_id": measurement_id,
         "tie_set": list(record.tie_set) or None,
         "unmeasured": record.unmeasured,
