@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuner.spawn import run_tool
 from tuner.types import CompileResult, Variant
 
 __all__ = [
@@ -159,15 +160,7 @@ def _compile_one(
     artifact = staged / cache.artifact_name
     argv = make_argv(source, artifact, variant.flags)
     try:
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            cwd=staged,
-            env=env,
-            check=False,
-        )
+        proc = run_tool(argv, timeout=timeout_s, cwd=staged, env=env)
     except subprocess.TimeoutExpired:
         shutil.rmtree(staged, ignore_errors=True)
         return CompileResult(
@@ -268,9 +261,7 @@ def _compile_batch(
     argv = make_argv(source, artifact, batch[0].flags)
     limit = timeout_s * len(batch)
     try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=limit, cwd=staged, check=False
-        )
+        proc = run_tool(argv, timeout=limit, cwd=staged)
     except subprocess.TimeoutExpired:
         shutil.rmtree(staged, ignore_errors=True)
         if len(batch) > 1:

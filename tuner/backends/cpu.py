@@ -47,6 +47,7 @@ from tuner.problems import Problem
 from tuner.reference import ELEMENT_SIZE, STORAGE, make_inputs, reference, verify
 from tuner.render import TEMPLATES_DIR, template_version
 from tuner.spaces.base import VariantSpace
+from tuner.spawn import run_tool
 from tuner.stats import timing_from_samples
 from tuner.types import (
     BenchResult,
@@ -135,9 +136,7 @@ class CpuBackend(Backend):
 
     def _compiler_output(self, *args: str) -> str:
         try:
-            proc = subprocess.run(
-                [self.compiler, *args], capture_output=True, text=True, timeout=60, check=False
-            )
+            proc = run_tool([self.compiler, *args], timeout=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ToolchainError(f"{self.compiler} {' '.join(args)} failed: {exc}") from None
         if proc.returncode != 0:
@@ -226,13 +225,7 @@ class CpuBackend(Backend):
                 CPU_TEMPLATES_DIR / RUNNER_SOURCE, staged / "runner", flags
             )
             try:
-                proc = subprocess.run(
-                    argv,
-                    capture_output=True,
-                    text=True,
-                    timeout=self.config.compile_timeout_s,
-                    check=False,
-                )
+                proc = run_tool(argv, timeout=self.config.compile_timeout_s)
             except (OSError, subprocess.TimeoutExpired) as exc:
                 shutil.rmtree(staged, ignore_errors=True)
                 raise ToolchainError(f"cannot build the CPU runner: {exc}") from None

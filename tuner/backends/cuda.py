@@ -32,6 +32,7 @@ from tuner.registry import load_space
 from tuner.render import TEMPLATES_DIR, template_version
 from tuner.spaces._vendor_discovery import Discovery, VendorDiscoverySpace
 from tuner.spaces.base import Params, VariantSpace
+from tuner.spawn import run_tool
 from tuner.stats import timing_from_samples
 from tuner.types import (
     BenchResult,
@@ -87,9 +88,7 @@ def arch_flags(arch: str) -> tuple[str, ...]:
 def nvcc_version_line(nvcc: str) -> str:
     """``Cuda compilation tools, release 13.0, V13.0.88`` (the compiler identity)."""
     try:
-        proc = subprocess.run(
-            [nvcc, "--version"], capture_output=True, text=True, timeout=30, check=False
-        )
+        proc = run_tool([nvcc, "--version"], timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainError(f"nvcc is not usable at {nvcc!r}: {exc}") from None
     for line in proc.stdout.splitlines():
@@ -318,13 +317,8 @@ class CudaBackend(Backend):
         if self._device is not None:
             return self._device
         try:
-            proc = subprocess.run(
-                self._harness_argv("--probe"),
-                capture_output=True,
-                text=True,
-                timeout=_PROBE_TIMEOUT_S,
-                env=self._harness_env(),
-                check=False,
+            proc = run_tool(
+                self._harness_argv("--probe"), timeout=_PROBE_TIMEOUT_S, env=self._harness_env()
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise DeviceError(f"the CUDA harness probe failed: {exc}") from None

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tuner.errors import InvalidRequestError
+from tuner.spawn import run_tool
 
 __all__ = [
     "CudaDeviceEntry",
@@ -73,12 +74,9 @@ def parse_nvidia_smi(text: str) -> list[CudaDeviceEntry]:
 
 def _from_nvidia_smi(executable: str) -> list[CudaDeviceEntry] | None:
     try:
-        proc = subprocess.run(
+        proc = run_tool(
             [executable, f"--query-gpu={_QUERY}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
             timeout=_SMI_TIMEOUT_S,
-            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.warning("nvidia-smi failed: %s", exc)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,12 @@ def test_tunes_what_is_not_tuned_yet(
     thread = threading.Thread(target=agent.run_forever, args=(stop,), daemon=True)
     thread.start()
     try:
+        # the CLI waits for the jobs as long as it takes: a worker that could not start must
+        # fail the test now, not after pytest's timeout
+        deadline = time.monotonic() + 60
+        while agent.worker_id is None and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert thread.is_alive() and agent.worker_id, "the CPU worker did not start (see log)"
         budget = ["--max-variants", "2"]
         code, out, _ = run_cli(["tune", "--from-file", str(first), *budget, *server], capsys)
         assert code == 0, out
