@@ -111,6 +111,21 @@ def parse_lookup(query_string: bytes) -> LookupQuery | None:
     return LookupQuery(op, dtype, layout, problem, text["device"], backend, text["toolchain"])
 
 
+def _find_route(routes: Any, path: str) -> Any:
+    """The route serving ``path`` among ``routes`` and the routers they include (FastAPI
+    0.165 keeps an included router as one entry holding the router's own routes), or None."""
+    for route in routes:
+        if getattr(route, "path", None) == path:
+            return route
+        router = getattr(route, "original_router", route)
+        inner = getattr(router, "routes", None)
+        if inner is not None and inner is not routes:
+            found = _find_route(inner, path)
+            if found is not None:
+                return found
+    return None
+
+
 class _Answers:
     """Kept answers valid for one value of the change signal."""
 
@@ -189,10 +204,7 @@ class CachedLookupMiddleware:
     def _route(self) -> Any:
         """The lookup route object (the metrics label it), found once."""
         if self.route is None:
-            for route in getattr(self.app_ref, "routes", ()):
-                if getattr(route, "path", None) == LOOKUP_PATH:
-                    self.route = route
-                    break
+            self.route = _find_route(getattr(self.app_ref, "routes", ()), LOOKUP_PATH)
         return self.route
 
     def _valid(self, kept_at: float) -> bool:

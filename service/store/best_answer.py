@@ -23,25 +23,27 @@ _Part = TypeVar("_Part")
 
 @dataclass
 class AnswerParts:
-    """The device and toolchain answer models built so far, by stored id: a batch names a few
-    of them many times, and each is built once."""
+    """The device and toolchain answer models built so far: a batch, or the read model over
+    its life, names a few of them many times, and each is built once. A device is keyed by
+    its id with the columns a new report may change (driver, runtime, memory), so a row read
+    after such a change gets its new answer; a toolchain's columns are its key."""
 
-    devices: dict[int, DeviceOut] = field(default_factory=dict)
+    devices: dict[tuple[Any, ...], DeviceOut] = field(default_factory=dict)
     toolchains: dict[int, ToolchainOut] = field(default_factory=dict)
 
 
-def _once(built: dict[int, _Part], stored_id: int, build: Callable[[], _Part]) -> _Part:
-    """The part built for ``stored_id`` so far, else ``build()`` (kept for the next rows)."""
-    found = built.get(stored_id)
+def _once(built: dict[Any, _Part], key: Any, build: Callable[[], _Part]) -> _Part:
+    """The part built for ``key`` so far, else ``build()`` (kept for the next rows)."""
+    found = built.get(key)
     if found is None:
-        found = built[stored_id] = build()
+        found = built[key] = build()
     return found
 
 
 def _device(row: Row[Any], seen: AnswerParts) -> DeviceOut:
     return _once(
         seen.devices,
-        row.device_id,
+        (row.device_id, row.driver, row.runtime, row.memory_bytes),
         lambda: DeviceOut(
             **columns(row, "backend", "arch", "sm_count", "driver", "runtime", "memory_bytes"),
             name=row.device_name,

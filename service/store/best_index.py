@@ -242,8 +242,8 @@ class Snapshot:
         distances, found = tree.query(wanted, k=min(TREE_NEAREST, covered))
         distances, found = np.atleast_1d(distances), np.atleast_1d(found)
         smallest = float(distances[0]) ** 2
-        tail = ((matrix[covered:] - wanted) ** 2).sum(axis=1)
-        if len(tail):
+        tail = ((matrix[covered:] - wanted) ** 2).sum(axis=1) if covered < len(ids) else None
+        if tail is not None:
             smallest = min(smallest, float(tail.min()))
         # every row whose squared distance could fall inside the tie band: among the k
         # nearest unless the k-th is inside it too, else the ball around the query
@@ -252,8 +252,9 @@ class Snapshot:
             rows = found[distances <= radius].astype(np.int64)
         else:
             rows = np.asarray(tree.query_ball_point(wanted, radius), dtype=np.int64)
-        near_tail = np.nonzero(tail <= _limit(smallest))[0] + covered
-        rows = np.concatenate([rows, near_tail.astype(np.int64)])
+        if tail is not None:
+            near_tail = np.nonzero(tail <= _limit(smallest))[0] + covered
+            rows = np.concatenate([rows, near_tail.astype(np.int64)])
         return matrix[rows], ids[rows]
 
 

@@ -261,9 +261,12 @@ def rank_rows(query: LookupQuery, rows: Sequence[Row[Any]], exact: bool) -> tupl
     return ranked[0]
 
 
-def answer_model(query: LookupQuery, rows: Sequence[Row[Any]], exact: bool) -> BestConfigOut:
-    """The answer from candidate rows (:func:`rank_rows`), as the full path builds it."""
-    return _answer(query, rows, exact)
+def answer_model(
+    query: LookupQuery, rows: Sequence[Row[Any]], exact: bool, seen: AnswerParts | None = None
+) -> BestConfigOut:
+    """The answer from candidate rows (:func:`rank_rows`), as the full path builds it
+    (``seen``: device and toolchain parts built before, kept for the next answers)."""
+    return _answer(query, rows, exact, seen)
 
 
 def _answer(

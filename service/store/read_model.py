@@ -52,6 +52,7 @@ from sqlalchemy import Engine, Row
 from sqlalchemy.orm import Session
 
 from service.errors import NotFound
+from service.store.best_answer import AnswerParts
 from service.store.best_index import Snapshot, extend_snapshot
 from service.store.freshness import ChangeSignal, Unsettled
 from service.store.lookup import ANSWER_ROWS, LookupQuery, allowed_pairs, answer_model, rank_rows
@@ -212,6 +213,8 @@ class _State:
         self.exact: dict[ExactKey, int] = {}
         self.snapshot = Snapshot()
         self.tails: dict[int, tuple[int | None, bytes | None]] = {}
+        #: the device and toolchain parts of the answers encoded so far (built once each)
+        self.parts = AnswerParts()
 
     def extend(self, session: Session, rows: Sequence[Row[Any]]) -> None:
         """Take in ``rows`` (new or changed answers). Called under the model's lock; a lookup
@@ -234,7 +237,7 @@ class _State:
         try:
             problem = PROBLEM_TYPES[row.op](**row.problem)
             query = LookupQuery(row.op, row.dtype, row.layout, problem)
-            body = answer_model(query, [row], exact=True).model_dump_json().encode()
+            body = answer_model(query, [row], True, self.parts).model_dump_json().encode()
             head = _head(row.op, row.dtype, row.layout, problem.dims(), row.problem, True, 0.0)
             tail = body[len(head) :] if body.startswith(head) else None
         except Exception:  # a row the full path would answer otherwise: leave it to it

@@ -118,6 +118,26 @@ def test_answers_come_from_memory_without_a_statement(client: TestClient) -> Non
     assert seen == []
 
 
+def test_a_processs_first_lookup_is_answered_from_memory(
+    client: TestClient, monkeypatch: Any
+) -> None:
+    """The fast path finds the lookup route (for the metrics' label) among the routers the
+    app includes, so even a new process's first lookup skips the route."""
+    _seed(client.app.state.sessionmaker)  # type: ignore[attr-defined]
+    model = _middleware(client.app).model
+    answered: list[bytes | None] = []
+    real = model.answer
+
+    def counted(query: Any) -> bytes | None:
+        answered.append(real(query))
+        return answered[-1]
+
+    monkeypatch.setattr(model, "answer", counted)
+    response = client.get("/v1/configs/best", params=QUERIES[0])
+    assert response.status_code == 200
+    assert answered == [response.content]
+
+
 def test_a_write_is_seen_by_the_next_lookup(client: TestClient, settings: Settings) -> None:
     maker = client.app.state.sessionmaker  # type: ignore[attr-defined]
     _seed(maker)
@@ -354,3 +374,31 @@ def test_a_commit_is_answered_while_another_writer_is_in_flight(
         assert client.get("/v1/configs/best", params=other).json()["variant_name"] == "b"
     finally:
         engine.dispose()
+
+
+def test_a_row_stored_after_its_devices_driver_changed_answers_with_the_new_driver(
+    client: TestClient, settings: Settings, monkeypatch: Any
+) -> None:
+    """The read model builds each device's part of the answers once; a new driver report
+    (the same device key) must not leave a row stored after it with the old driver."""
+    maker = client.app.state.sessionmaker  # type: ignore[attr-defined]
+    _seed(maker)
+    exact = {**QUERIES[0], "device": "H200"}
+    before = client.get("/v1/configs/best", params=exact).json()["device"]["driver"]
+    updated = {**H200, "driver": before + "-updated"}
+    engine = make_engine(settings.database_url)
+    try:
+        from sqlalchemy.orm import Session
+
+        with Session(engine) as session:
+            _store(session, "gemm", {"m": 250, "n": 256, "k": 256}, 2.0, updated, NEW_TC, "c")
+            session.commit()
+    finally:
+        engine.dispose()
+    new = {**exact, "m": 250}
+    answer = client.get("/v1/configs/best", params=new)
+    assert (answer.json()["variant_name"], answer.json()["device"]["driver"]) == (
+        "c",
+        before + "-updated",
+    )
+    assert answer.content == _route_answer(client, new, monkeypatch).content
