@@ -27,6 +27,8 @@ output's GEMM tolerance, as for ``scaled_gemm`` (``tuner.reference.tolerance``: 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from tuner.fp8 import E4M3_MAX, e4m3_to_float, float_to_e4m3
@@ -73,13 +75,20 @@ def dequantize_grouped(
     return a, w
 
 
-def grouped_fp8_reference(problem: GroupedGemmProblem, inputs: dict[str, np.ndarray]) -> np.ndarray:
-    """C as float32 [tokens, n] for the bucket's counts (``tuner.moe.token_counts``), summed in
-    float64; rows past the counts' total stay zero (a bucket's counts fill every row)."""
+def grouped_fp8_reference(
+    problem: GroupedGemmProblem,
+    inputs: dict[str, np.ndarray],
+    counts: Sequence[int] | None = None,
+) -> np.ndarray:
+    """C as float32 [tokens, n] for ``counts`` tokens per expert (default: the bucket's,
+    ``tuner.moe.token_counts``), summed in float64; rows past the counts' total stay zero (a
+    bucket's counts fill every row)."""
     a, w = dequantize_grouped(problem, inputs)
     out = np.zeros((problem.tokens, problem.n), dtype=np.float32)
+    if counts is None:
+        counts = token_counts(problem.experts, problem.tokens, problem.skew)
     start = 0
-    for e, m in enumerate(token_counts(problem.experts, problem.tokens, problem.skew)):
+    for e, m in enumerate(counts):
         rows = a[start : start + m].astype(np.float64)
         out[start : start + m] = rows @ w[e].astype(np.float64).T
         start += m
