@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 
+from tuner.acceptance import variant_rejection
 from tuner.backends.cuda import arch_flags
 from tuner.errors import InvalidRequestError
 from tuner.fp8 import E4M3_MAX, e4m3_to_float
@@ -210,3 +211,18 @@ def test_the_bf16_and_f16_variants_keep_their_names_params_and_ids() -> None:
             digest.update(json.dumps([dtype, v.name, p, v.id], sort_keys=True).encode())
             count += 1
     assert (count, digest.hexdigest()) == _BF16_F16_BEFORE
+
+
+def test_the_service_accepts_e4m3_variants_for_e4m3_alone() -> None:
+    decode = next(p for p in _params("e4m3") if p["family"] == "decode")
+    name = SPACE.name(decode, "e4m3", "rcr")
+    assert (
+        variant_rejection("grouped_gemm", "cuda", "e4m3", "rcr", "sm_90", DECODE, decode, name)
+        is None
+    )
+    bf16 = next(p for p in _params("bf16") if p["family"] == "decode")
+    bf16_name = SPACE.name(bf16, "bf16", "rcr")
+    assert variant_rejection(
+        "grouped_gemm", "cuda", "e4m3", "rcr", "sm_90", DECODE, bf16, bf16_name
+    )
+    assert variant_rejection("grouped_gemm", "cuda", "bf16", "rcr", "sm_90", DECODE, decode, name)
