@@ -35,12 +35,6 @@ SM90 = {"family": "sm90", "tile_m": 128, "tile_n": 128, "schedule": "coop", "acc
 SM90_PROMOTED = {**SM90, "accum": "promoted"}
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CudaBackend]:
-    cache = os.environ.get("TUNEHUB_GPU_TEST_CACHE") or str(tmp_path_factory.mktemp("cache"))
-    yield from module_cuda_backend(cache, compile_timeout_s=600.0)
-
-
 def _pick(problem: GroupedGemmProblem, match: dict[str, Any]) -> dict[str, Any]:
     return next(
         p
@@ -64,6 +58,24 @@ CASES = [
     (SM90, (8, 4096, 1024, 512, 2)),
     (SM90_PROMOTED, (64, 1024, 2048, 256, 4)),
 ]
+#: tokens per expert of a real batch: empty experts, uneven counts (each a multiple of 16, which
+#: torch._scaled_grouped_mm asks of its groups on sm90)
+COUNTS = [16, 0, 48, 16, 32, 0, 64, 16]
+#: its bucket: 256 tokens at skew 2 gives no expert over 64 (the decode kernel is not pruned)
+BATCH = GroupedGemmProblem(experts=8, n=512, k=1024, tokens=sum(COUNTS), skew=2)
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CudaBackend]:
+    """The module's backend, every variant it uses built first in one call: the host's cores
+    compile them side by side (the CUTLASS ones take ~40 s each)."""
+    cache = os.environ.get("TUNEHUB_GPU_TEST_CACHE") or str(tmp_path_factory.mktemp("cache"))
+    params = [_pick(GroupedGemmProblem(*dims), match) for match, dims in CASES]
+    params += [_pick(BATCH, DECODE), _pick(BATCH, SM90)]
+    for backend in module_cuda_backend(cache, compile_timeout_s=600.0):
+        arch = backend.device().arch
+        backend.build([backend.render(SPACE, p, "e4m3", "rcr", arch) for p in params])
+        yield backend
 
 
 @pytest.mark.parametrize(("match", "dims"), CASES, ids=["decode", "sm90_fast", "sm90_promoted"])
@@ -80,11 +92,6 @@ def test_one_variant_of_each_family_verifies_in_the_harness(
     assert result.timing is not None and result.timing.median_us > 0
 
 
-#: tokens per expert of a real batch: empty experts, uneven counts (each a multiple of 16, which
-#: torch._scaled_grouped_mm asks of its groups on sm90)
-COUNTS = [16, 0, 48, 16, 32, 0, 64, 16]
-
-
 @pytest.mark.parametrize("match", [DECODE, SM90], ids=["decode", "sm90"])
 def test_a_real_batch_matches_torch_scaled_grouped_mm(
     backend: CudaBackend, match: dict[str, Any]
@@ -92,8 +99,7 @@ def test_a_real_batch_matches_torch_scaled_grouped_mm(
     torch = pytest.importorskip("torch")
     from tuner.backends.cuda_grouped_fp8 import grouped_fp8_inputs
 
-    # skew 2 (the bucket of 256 tokens gives no expert over 64: the decode kernel is not pruned)
-    problem = GroupedGemmProblem(experts=8, n=512, k=1024, tokens=sum(COUNTS), skew=2)
+    problem = BATCH
     _, artifact = _built(backend, _pick(problem, match))
     lib = ctypes.CDLL(artifact)
     lib.tunehub_workspace_bytes.restype = ctypes.c_size_t

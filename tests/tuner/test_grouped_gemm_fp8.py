@@ -226,3 +226,44 @@ def test_the_service_accepts_e4m3_variants_for_e4m3_alone() -> None:
         "grouped_gemm", "cuda", "e4m3", "rcr", "sm_90", DECODE, bf16, bf16_name
     )
     assert variant_rejection("grouped_gemm", "cuda", "bf16", "rcr", "sm_90", DECODE, decode, name)
+
+
+def test_the_harness_reference_agrees_with_the_numpy_one() -> None:
+    """``tuner.backends.cuda_grouped_fp8`` (torch, run on the GPU host) on CPU tensors of the
+    same bytes and scales, with a batch's counts (an empty expert among them)."""
+    torch = pytest.importorskip("torch")
+    from tuner.backends.cuda_grouped_fp8 import grouped_fp8_reference as torch_reference
+
+    problem = GroupedGemmProblem(experts=4, n=32, k=64, tokens=16, skew=2)
+    inputs = make_grouped_fp8_inputs(problem, np.random.default_rng(4))
+    counts = [5, 0, 7, 2]
+    tensors = [
+        torch.from_numpy(inputs["a"]).view(torch.float8_e4m3fn),
+        torch.from_numpy(inputs["w"]).view(torch.float8_e4m3fn),
+        torch.from_numpy(inputs["a_scale"]),
+        torch.from_numpy(inputs["b_scale"]),
+    ]
+    got = torch_reference(tensors, counts).numpy()
+    expected = grouped_fp8_reference(problem, inputs, counts)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert not got[14:].any()  # rows past the batch's 14
+
+
+def test_the_harness_inputs_are_rowwise_quantized_as_the_numpy_ones() -> None:
+    """``cuda_grouped_fp8.grouped_fp8_inputs`` (torch; on the generator's device, here the CPU)
+    lays out and scales its inputs as ``make_grouped_fp8_inputs``."""
+    torch = pytest.importorskip("torch")
+    from tuner.backends.cuda_grouped_fp8 import grouped_fp8_inputs
+
+    problem = GroupedGemmProblem(**DIMS)
+    a, w, sa, sb = grouped_fp8_inputs(problem, torch.Generator().manual_seed(0))
+    assert [(t.dtype, tuple(t.shape)) for t in (a, w, sa, sb)] == [
+        (torch.float8_e4m3fn, (32, 256)),
+        (torch.float8_e4m3fn, (8, 64, 256)),
+        (torch.float32, (32,)),
+        (torch.float32, (8, 64)),
+    ]
+    assert all(t.is_contiguous() for t in (a, w, sa, sb))
+    assert torch.all(a.float().abs().amax(dim=1) >= 416)
+    assert torch.all(w.float().abs().amax(dim=2) >= 416)
+    assert float(sa.max() / sa.min()) > 4 and float(sb.max() / sb.min()) > 4

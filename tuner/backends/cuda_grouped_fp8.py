@@ -35,16 +35,17 @@ def _rowwise(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def grouped_fp8_inputs(problem: GroupedGemmProblem, gen: torch.Generator) -> list[torch.Tensor]:
-    """[a [tokens, k], w [experts, n, k], a_scale [tokens], b_scale [experts, n]] on the device:
-    values in [-1, 1] times a random factor per row (``SCALE_FACTORS``), scale = amax / 448."""
+    """[a [tokens, k], w [experts, n, k], a_scale [tokens], b_scale [experts, n]] on the
+    generator's device: values in [-1, 1] times a random factor per row (``SCALE_FACTORS``),
+    scale = amax / 448."""
     t, e, n, k = problem.tokens, problem.experts, problem.n, problem.k
     low, high = SCALE_FACTORS
 
     def uniform(*shape: int) -> torch.Tensor:
-        return torch.rand(shape, generator=gen, device="cuda") * 2.0 - 1.0
+        return torch.rand(shape, generator=gen, device=gen.device) * 2.0 - 1.0
 
     def factor(*shape: int) -> torch.Tensor:
-        return torch.rand(shape, generator=gen, device="cuda") * (high - low) + low
+        return torch.rand(shape, generator=gen, device=gen.device) * (high - low) + low
 
     qa, sa = _rowwise(uniform(t, k) * factor(t, 1))
     qw, sw = _rowwise(uniform(e, n, k) * factor(e, n, 1))
