@@ -1,13 +1,15 @@
 """Grouped GEMM on a mixture-of-experts model (issue 26, item 2): tunehub's tuned winner per
 token bucket against ``torch._grouped_mm`` and a loop of per-expert matmuls (bf16), and against
 ``torch._scaled_grouped_mm`` and a loop of per-expert ``torch._scaled_mm`` (FP8 e4m3 with
-rowwise scales, bf16 out), side by side in one process, in one GPU run.
+rowwise scales, bf16 out), side by side in one process, in one GPU run per dtype.
 
     # here (no GPU): build every variant the run tunes (a command per dtype), then carry
     # .cache/tunehub
     python bench/serving_moe.py --list-precompile | sh
-    # on the H200, in one device call:
-    python3 bench/serving_moe.py --out $OUT/serving-moe.json [--deadline-s 540]
+    # on the H200, a device call per dtype (6 problems each; both dtypes' 12 in one call may
+    # not fit the 540 s deadline):
+    python3 bench/serving_moe.py --dtype bf16 --out $OUT/serving-moe.json [--deadline-s 540]
+    python3 bench/serving_moe.py --dtype e4m3 --out $OUT/serving-moe-fp8.json
 
 Model: Mixtral-8x7B (E = 8 experts, hidden 4096, ffn 14336, top-2), bf16 and e4m3, both expert
 GEMMs of a layer: ``gate_up`` (w1 and w3 stacked: n 28672, k 4096) and ``down`` (w2: n 4096,
@@ -98,7 +100,8 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
             },
             TuneRequest("grouped_gemm", label["dtype"], "rcr", problem, "cuda", budget=budget),
         )
-        for label, problem in problems()
+        for dtype in args.dtype
+        for label, problem in problems(dtype)
     ]
     return tune_rows(requests, config, deadline)
 
@@ -215,6 +218,13 @@ def main() -> int:
     parser.add_argument("--shape-seconds", type=float, default=50.0)
     parser.add_argument("--max-variants", type=int, default=8)
     parser.add_argument(
+        "--dtype",
+        action="append",
+        choices=DTYPES,
+        help="the rows' dtype, repeatable (default: each of bf16 and e4m3; one per device call "
+        "keeps each call's tuning inside its deadline)",
+    )
+    parser.add_argument(
         "--list-precompile", action="store_true", help="print the precompile command and exit"
     )
     args = parser.parse_args()
@@ -223,6 +233,7 @@ def main() -> int:
         return 0
     if args.out is None:
         parser.error("--out is required")
+    args.dtype = args.dtype or list(DTYPES)
     return run(args, phase_tune, phase_compare, totals, COMPARE_ROUNDS)
 
 
