@@ -1,14 +1,18 @@
 """Grouped GEMM on a mixture-of-experts model (issue 26, item 2): tunehub's tuned winner per
-token bucket against ``torch._grouped_mm`` and a loop of per-expert matmuls, side by side in one
-process, in one GPU run.
+token bucket against ``torch._grouped_mm`` and a loop of per-expert matmuls (bf16), and against
+``torch._scaled_grouped_mm`` and a loop of per-expert ``torch._scaled_mm`` (FP8 e4m3 with
+rowwise scales, bf16 out), side by side in one process, in one GPU run per dtype.
 
-    # here (no GPU): build every variant the run tunes, then carry .cache/tunehub
+    # here (no GPU): build every variant the run tunes (a command per dtype), then carry
+    # .cache/tunehub
     python bench/serving_moe.py --list-precompile | sh
-    # on the H200, in one device call:
-    python3 bench/serving_moe.py --out $OUT/serving-moe.json [--deadline-s 540]
+    # on the H200, a device call per dtype (6 problems each; both dtypes' 12 in one call may
+    # not fit the 540 s deadline):
+    python3 bench/serving_moe.py --dtype bf16 --out $OUT/serving-moe.json [--deadline-s 540]
+    python3 bench/serving_moe.py --dtype e4m3 --out $OUT/serving-moe-fp8.json
 
-Model: Mixtral-8x7B (E = 8 experts, hidden 4096, ffn 14336, top-2), bf16, both expert GEMMs
-of a layer: ``gate_up`` (w1 and w3 stacked: n 28672, k 4096) and ``down`` (w2: n 4096,
+Model: Mixtral-8x7B (E = 8 experts, hidden 4096, ffn 14336, top-2), bf16 and e4m3, both expert
+GEMMs of a layer: ``gate_up`` (w1 and w3 stacked: n 28672, k 4096) and ``down`` (w2: n 4096,
 k 14336); each expert's weight stored [n, k] as torch's Linear stores it.
 Buckets (tokens routed = batch x top-2, skew = max / mean tokens of an expert, tuner/moe.py):
 decode (batch 8: tokens 16), mid (batch 256: tokens 512), prefill (batch 4096: tokens 8192), all
@@ -18,8 +22,14 @@ Phase 1 tunes each problem with the engine (both families; budget ``--max-varian
 times in this process, interleaved in rounds of rotated order, on the harness's input sets:
 - ``tunehub``: the winner's artifact through the harness;
 - ``grouped_mm``: ``torch._grouped_mm(A, W.transpose(-2, -1), offs=cumsum(counts))`` (bf16);
-- ``loop``: one ``torch.matmul(A_e, W_e.t(), out=D_e)`` per expert with tokens.
-Targets: geomean(grouped_mm / tunehub) >= 1.0 and geomean(loop / tunehub) >= 1.5. JSON to --out.
+- ``loop``: one ``torch.matmul(A_e, W_e.t(), out=D_e)`` per expert with tokens;
+and for the e4m3 rows (A, W FP8; scale_a f32 [tokens], scale_b f32 [E, n]: tuner/fp8_grouped.py):
+- ``scaled_grouped_mm``: ``torch._scaled_grouped_mm(A, W.transpose(-2, -1), scale_a, scale_b,
+  offs=cumsum(counts), out_dtype=torch.bfloat16)`` (its default accumulation);
+- ``scaled_loop``: one ``torch._scaled_mm(A_e, W_e.t(), scale_a_e[:, None], scale_b[e][None],
+  out_dtype=torch.bfloat16)`` per expert with tokens.
+Targets: geomean(grouped_mm / tunehub) >= 1.0 and geomean(loop / tunehub) >= 1.5 (bf16);
+geomean(scaled_grouped_mm / tunehub) >= 1.0 (e4m3). JSON to --out.
 """
 
 from __future__ import annotations
@@ -42,7 +52,8 @@ from tuner.moe import token_counts  # noqa: E402
 from tuner.problems import GroupedGemmProblem  # noqa: E402
 from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
 
-DTYPE = "bf16"
+#: the dtypes of the rows, a column of user calls each
+DTYPES = ("bf16", "e4m3")
 MODEL = "mixtral-8x7b"
 EXPERTS = 8
 #: (layer, n, k)
@@ -53,23 +64,28 @@ COMPARE_ROUNDS = 5
 COMPARE_TIMING = {"warmup_s": 0.05, "bench_s": 0.1, "min_samples": 10, "max_samples": 10_000}
 
 
-def problems() -> list[tuple[dict[str, Any], GroupedGemmProblem]]:
+def problems(dtype: str | None = None) -> list[tuple[dict[str, Any], GroupedGemmProblem]]:
+    """(label, problem) of every row, of ``dtype`` alone when given; the label names it."""
     out = []
-    for layer, n, k in LAYERS:
-        for bucket, tokens, skew in BUCKETS:
-            problem = GroupedGemmProblem(EXPERTS, n, k, tokens, skew)
-            label = {"model": MODEL, "layer": layer, "bucket": bucket, **problem.dims()}
-            out.append((label, problem))
+    for row_dtype in DTYPES if dtype is None else (dtype,):
+        for layer, n, k in LAYERS:
+            for bucket, tokens, skew in BUCKETS:
+                problem = GroupedGemmProblem(EXPERTS, n, k, tokens, skew)
+                label = {"model": MODEL, "dtype": row_dtype, "layer": layer, "bucket": bucket}
+                out.append(({**label, **problem.dims()}, problem))
     return out
 
 
 def precompile_commands(max_variants: int) -> list[str]:
-    """The bench/precompile_cuda.py command that builds what phase 1 tunes."""
-    argv = ["python", "bench/precompile_cuda.py", "--cache-dir", ".cache/tunehub", "--arch"]
-    argv += ["sm_90", "--op", "grouped_gemm", "--dtype", DTYPE]
-    for _, problem in problems():
-        argv += ["--problem", ",".join(f"{k}={v}" for k, v in problem.dims().items())]
-    return [shlex.join([*argv, "--max-variants", str(max_variants)])]
+    """The bench/precompile_cuda.py commands (one per dtype) that build what phase 1 tunes."""
+    commands = []
+    for dtype in DTYPES:
+        argv = ["python", "bench/precompile_cuda.py", "--cache-dir", ".cache/tunehub", "--arch"]
+        argv += ["sm_90", "--op", "grouped_gemm", "--dtype", dtype]
+        for _, problem in problems(dtype):
+            argv += ["--problem", ",".join(f"{k}={v}" for k, v in problem.dims().items())]
+        commands.append(shlex.join([*argv, "--max-variants", str(max_variants)]))
+    return commands
 
 
 def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) -> list[dict]:
@@ -82,9 +98,10 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
                 "problem": problem.dims(),
                 "counts": token_counts(problem.experts, problem.tokens, problem.skew),
             },
-            TuneRequest("grouped_gemm", DTYPE, "rcr", problem, "cuda", budget=budget),
+            TuneRequest("grouped_gemm", label["dtype"], "rcr", problem, "cuda", budget=budget),
         )
-        for label, problem in problems()
+        for dtype in args.dtype
+        for label, problem in problems(dtype)
     ]
     return tune_rows(requests, config, deadline)
 
@@ -116,17 +133,57 @@ def vendor_timers(
     return timers
 
 
+def fp8_timers(
+    torch: Any, harness: Any, req: dict[str, Any], counts: list[int]
+) -> dict[str, Timer]:
+    """torch._scaled_grouped_mm and a per-expert torch._scaled_mm loop (rowwise scales, bf16
+    out) on the harness's e4m3 input sets (A, W, scale_a, scale_b)."""
+    work = harness.workload_for(req)
+    rows = sum(counts)
+    offs = torch.tensor(counts, device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
+    starts = [sum(counts[:e]) for e in range(len(counts))]
+    sets = work.inputs
+    bf16 = torch.bfloat16
+
+    def scaled_grouped_mm(i: int, stream: int) -> None:
+        a, w, sa, sb = sets[i]
+        torch._scaled_grouped_mm(
+            a[:rows], w.transpose(-2, -1), sa[:rows], sb, offs=offs, out_dtype=bf16
+        )
+
+    def scaled_loop(i: int, stream: int) -> None:
+        a, w, sa, sb = sets[i]
+        for e, m in enumerate(counts):
+            if m:
+                s = starts[e]
+                torch._scaled_mm(
+                    a[s : s + m], w[e].t(), sa[s : s + m, None], sb[e][None], out_dtype=bf16
+                )
+
+    timers = {"scaled_loop": launch_timer(harness, scaled_loop, len(sets), COMPARE_TIMING)}
+    if hasattr(torch, "_scaled_grouped_mm"):
+        timers["scaled_grouped_mm"] = launch_timer(
+            harness, scaled_grouped_mm, len(sets), COMPARE_TIMING
+        )
+    return timers
+
+
+_USER_TIMERS = {"bf16": vendor_timers, "e4m3": fp8_timers}
+
+
 def phase_compare(rows: list[dict[str, Any]], deadline: float) -> None:
-    compare_rows(
-        rows,
-        deadline,
-        dtype=DTYPE,
-        timing=COMPARE_TIMING,
-        rounds=COMPARE_ROUNDS,
-        user_timers=lambda torch, harness, req, row: vendor_timers(
-            torch, harness, req, row["counts"]
-        ),
-    )
+    for dtype in DTYPES:
+        timers = _USER_TIMERS[dtype]
+        compare_rows(
+            [row for row in rows if row["dtype"] == dtype],
+            deadline,
+            dtype=dtype,
+            timing=COMPARE_TIMING,
+            rounds=COMPARE_ROUNDS,
+            user_timers=lambda torch, harness, req, row, timers=timers: timers(
+                torch, harness, req, row["counts"]
+            ),
+        )
     for row in rows:
         if "tunehub" in row.get("times_us", {}):
             flops = GroupedGemmProblem(**row["problem"]).flops()
@@ -142,8 +199,13 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "min_vs_grouped_mm": min(ratios("grouped_mm"), default=float("nan")),
         "geomean_vs_loop": geomean(ratios("loop")),
         "rows_measured": len(ratios("loop")),
+        "geomean_vs_scaled_grouped_mm": geomean(ratios("scaled_grouped_mm")),
+        "min_vs_scaled_grouped_mm": min(ratios("scaled_grouped_mm"), default=float("nan")),
+        "geomean_vs_scaled_loop": geomean(ratios("scaled_loop")),
+        "fp8_rows_measured": len(ratios("scaled_loop")),
         "rows_total": len(rows),
-        "target": "geomean >= 1.0 vs torch._grouped_mm, >= 1.5 vs the per-expert loop",
+        "target": "geomean >= 1.0 vs torch._grouped_mm, >= 1.5 vs the per-expert loop (bf16); "
+        ">= 1.0 vs torch._scaled_grouped_mm (e4m3)",
     }
 
 
@@ -156,6 +218,13 @@ def main() -> int:
     parser.add_argument("--shape-seconds", type=float, default=50.0)
     parser.add_argument("--max-variants", type=int, default=8)
     parser.add_argument(
+        "--dtype",
+        action="append",
+        choices=DTYPES,
+        help="the rows' dtype, repeatable (default: each of bf16 and e4m3; one per device call "
+        "keeps each call's tuning inside its deadline)",
+    )
+    parser.add_argument(
         "--list-precompile", action="store_true", help="print the precompile command and exit"
     )
     args = parser.parse_args()
@@ -164,6 +233,7 @@ def main() -> int:
         return 0
     if args.out is None:
         parser.error("--out is required")
+    args.dtype = args.dtype or list(DTYPES)
     return run(args, phase_tune, phase_compare, totals, COMPARE_ROUNDS)
 
 

@@ -20,7 +20,9 @@ Every variant, CUDA (``tunehub_run`` in ``kernel_templates/cuda/_tunehub_abi.cuh
   ``tokens`` rows of A (the bucket dims only size the buffers); tokens are stacked by expert.
 
 Inputs follow ``tuner.reference.make_inputs`` (rms_norm: x [m, k], then w [k]; scaled_gemm:
-a, b, a_scale, b_scale; grouped_gemm: a [tokens, k], w [experts, n, k]).
+a, b, a_scale, b_scale; grouped_gemm: a [tokens, k], w [experts, n, k], and with dtype e4m3
+also a_scale f32 [tokens] and b_scale f32 [experts, n], the output bf16: ``tuner.fp8_grouped``).
+The dims of grouped_gemm do not name its dtype: a variant is built for one.
 """
 
 from __future__ import annotations

@@ -42,10 +42,12 @@ __all__ = [
     "PROBLEM_TYPES",
     "problem_epilogue",
     "GroupedGemmProblem",
+    "GROUPED_FP8_OUT_DTYPE",
+    "check_problem_dtype",
 ]
 
 Op = Literal["gemm", "conv2d", "reduce", "softmax", "rms_norm", "scaled_gemm", "grouped_gemm"]
-#: e4m3 (FP8) is the input dtype of scaled_gemm alone (``OP_DTYPES``)
+#: e4m3 (FP8) is an input dtype of scaled_gemm and grouped_gemm alone (``OP_DTYPES``)
 DType = Literal["f16", "bf16", "f32", "e4m3"]
 ReduceKind = Literal["sum", "max", "mean"]
 OPS: tuple[str, ...] = get_args(Op)
@@ -63,8 +65,12 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     "grouped_gemm": ("rcr",),
 }
 #: the request dtypes each op takes (an op not named takes f16, bf16 and f32); scaled_gemm's
-#: dtype is its inputs' (FP8 e4m3), its output dtype is the problem's ``out_dtype``
-OP_DTYPES: dict[str, tuple[str, ...]] = {"scaled_gemm": ("e4m3",), "grouped_gemm": ("bf16", "f16")}
+#: dtype is its inputs' (FP8 e4m3), its output dtype is the problem's ``out_dtype``;
+#: grouped_gemm e4m3 is FP8 with rowwise scales and a bf16 output (``tuner.fp8_grouped``)
+OP_DTYPES: dict[str, tuple[str, ...]] = {
+    "scaled_gemm": ("e4m3",),
+    "grouped_gemm": ("bf16", "f16", "e4m3"),
+}
 _PLAIN_DTYPES = ("f16", "bf16", "f32")
 
 
@@ -326,7 +332,10 @@ class GroupedGemmProblem(Problem):
     The tokens per expert are not in the key: ``tokens`` (their total, rounded up to a power
     of two here) and ``skew`` (max / mean, one of ``tuner.moe.SKEWS``) name a bucket, and
     ``tuner.moe.token_counts`` is the bucket's benchmark distribution. n and k must be
-    multiples of 8 (16-byte rows for TMA and vector loads)."""
+    multiples of 8 (16-byte rows for TMA and vector loads); with dtype e4m3 (FP8, rowwise
+    scales, bf16 output: ``tuner.fp8_grouped``) multiples of 16, which needs the request's
+    dtype and so is checked by :func:`check_problem_dtype`. The dtype is not in the key (the
+    request names it beside the problem): bf16, f16 and e4m3 problems share their keys."""
 
     op: ClassVar[str] = "grouped_gemm"
     dim_names: ClassVar[tuple[str, ...]] = ("experts", "n", "k", "tokens", "skew")
@@ -368,6 +377,16 @@ class GroupedGemmProblem(Problem):
 
     def flops(self) -> float:
         return 2.0 * self.tokens * self.n * self.k
+
+    def bytes_moved(self, element_size: int) -> float:
+        """A, the active experts' W and C in ``element_size`` bytes; with 1-byte (e4m3) inputs
+        C is bf16 (2 bytes) and the f32 rowwise scales count too (one per token row, one per
+        active expert's output column)."""
+        sizes = self.operand_sizes()
+        if element_size != 1:
+            return float(sum(sizes.values()) * element_size)
+        scales = 4 * (self.tokens + sizes["w"] // self.k)
+        return float(sizes["a"] + sizes["w"] + _GROUPED_FP8_OUT_BYTES * sizes["c"] + scales)
 
 
 def _check_epilogue(problem: Problem) -> None:
@@ -452,6 +471,28 @@ class ScaledGemmProblem(Problem):
         return float(self.m * self.k + self.n * self.k + 2 * self.m * self.n)
 
 
+#: grouped_gemm e4m3's output dtype (inputs FP8 e4m3, rowwise scales: tuner.fp8_grouped)
+GROUPED_FP8_OUT_DTYPE = "bf16"
+_GROUPED_FP8_OUT_BYTES = 2
+
+
+def check_problem_dtype(problem: Problem, dtype: str) -> Problem:
+    """``problem`` when it can be computed in ``dtype``, else InvalidRequestError naming the
+    dim: grouped_gemm e4m3 needs n and k in whole 16-byte FP8 rows (multiples of
+    :data:`FP8_K_ALIGN`). The rules of a dtype that the problem alone cannot check live here;
+    the dtype itself is checked by :func:`check_op_dtype`."""
+    if isinstance(problem, GroupedGemmProblem) and dtype == "e4m3":
+        for name in ("n", "k"):
+            value = getattr(problem, name)
+            if value % FP8_K_ALIGN:
+                raise InvalidRequestError(
+                    name,
+                    f"must be a multiple of {FP8_K_ALIGN} with dtype e4m3 (FP8 rows in "
+                    f"16-byte vectors), got {value}",
+                )
+    return problem
+
+
 PROBLEM_TYPES: dict[str, type[Problem]] = {
     cls.op: cls
     for cls in (
@@ -466,8 +507,11 @@ PROBLEM_TYPES: dict[str, type[Problem]] = {
 }
 
 
-def problem_from_dict(op: str, fields: dict[str, Any]) -> Problem:
-    """Build the problem of ``op`` from a plain dict; unknown or missing fields are errors."""
+def problem_from_dict(op: str, fields: dict[str, Any], dtype: str | None = None) -> Problem:
+    """Build the problem of ``op`` from a plain dict; unknown or missing fields are errors.
+    With ``dtype``, the problem is also checked against it (:func:`check_problem_dtype`)."""
+    if dtype is not None:
+        return check_problem_dtype(problem_from_dict(op, fields), dtype)
     cls = PROBLEM_TYPES.get(op)
     if cls is None:
         raise InvalidRequestError("op", f"unknown op {op!r}; one of {OPS}")

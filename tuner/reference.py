@@ -15,6 +15,7 @@ import numpy as np
 from tuner.abi import RMS_NORM_EPS
 from tuner.epilogues import NONE, activation_of
 from tuner.fp8 import make_scaled_gemm_inputs, scaled_gemm_reference
+from tuner.fp8_grouped import grouped_fp8_reference, make_grouped_fp8_inputs
 from tuner.moe import token_counts
 from tuner.problems import (
     Conv2dProblem,
@@ -83,6 +84,8 @@ def make_inputs(
 
     if isinstance(problem, ScaledGemmProblem):  # FP8 bytes and f32 scales (tuner.fp8)
         return make_scaled_gemm_inputs(problem, rng)
+    if isinstance(problem, GroupedGemmProblem) and dtype == "e4m3":  # tuner.fp8_grouped
+        return make_grouped_fp8_inputs(problem, rng)
     if isinstance(problem, GemmProblem):
         m, n, k = problem.m, problem.n, problem.k
         a = uniform(m, k) if layout[0] == "r" else uniform(k, m)
@@ -110,6 +113,8 @@ def reference(
     """The expected output as float32 (C row-major, y NPQK, y[m] or y[m, k])."""
     if isinstance(problem, ScaledGemmProblem):  # from the dequantized FP8 inputs
         return scaled_gemm_reference(problem, inputs)
+    if isinstance(problem, GroupedGemmProblem) and dtype == "e4m3":  # rowwise-scaled FP8
+        return grouped_fp8_reference(problem, inputs)
     if isinstance(problem, GemmProblem):
         a = from_storage(inputs["a"], dtype)
         b = from_storage(inputs["b"], dtype)

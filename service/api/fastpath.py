@@ -105,7 +105,7 @@ def parse_lookup(query_string: bytes) -> LookupQuery | None:
     dims: dict[str, Any] = {k: int(v) if _INT.fullmatch(v) else v for k, v in params.items()}
     try:
         layout = check_layout(op, text["layout"], ["query", "layout"])
-        problem = parse_problem(op, dims, ["query"])
+        problem = parse_problem(op, dims, ["query"], dtype)
     except ServiceError:
         return None
     return LookupQuery(op, dtype, layout, problem, text["device"], backend, text["toolchain"])

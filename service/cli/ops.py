@@ -52,16 +52,18 @@ tune_app = typer.Typer(
 best_app = typer.Typer(help="Ask for the best tuned config of a shape.", no_args_is_help=True)
 
 
-def _problem_dims(op: str, dims: dict[str, Any]) -> dict[str, Any]:
-    """Validate dims locally so that a typo fails before anything is submitted."""
+def _problem_dims(op: str, dims: dict[str, Any], dtype: str) -> dict[str, Any]:
+    """Validate dims (against the dtype too) locally so that a typo fails before anything is
+    submitted."""
     try:
-        return problem_from_dict(op, dims).dims()
+        return problem_from_dict(op, dims, dtype).dims()
     except TunerError as exc:
         raise UserError(f"invalid {op} problem: {exc}") from None
 
 
 def _check_dtype(op: str, dtype: str) -> None:
-    """The op's dtypes (scaled_gemm takes e4m3 alone, the others f16, bf16 and f32)."""
+    """The op's dtypes (tuner.problems.OP_DTYPES: scaled_gemm takes e4m3 alone, grouped_gemm
+    bf16, f16 or e4m3, the others f16, bf16 and f32)."""
     check_choice("dtype", dtype, op_dtypes(op))
 
 
@@ -89,7 +91,7 @@ def run_tune(
     check_choice("backend", backend, list(BACKENDS))
     if layout is not None:
         check_choice(f"layout of {op}", layout, LAYOUTS[op])
-    problem = _problem_dims(op, dims)
+    problem = _problem_dims(op, dims, dtype)
     if not has_space(op, backend):
         raise UserError(f"op {op} has no variants on the {backend} backend (--backend)")
     request = JobCreate.model_validate(
@@ -159,7 +161,7 @@ def _best_command(
     _check_dtype(op, dtype)
     if layout is not None:
         check_choice(f"layout of {op}", layout, LAYOUTS[op])
-    problem = _problem_dims(op, dims)
+    problem = _problem_dims(op, dims, dtype)
     # through the answer cache: revalidated (304) when unchanged, answered while unreachable
     with make_client(server, token, answer_cache_dir()) as client:
         try:
@@ -363,7 +365,8 @@ _TUNE_HELP = {
     ),
     "grouped_gemm": (
         "Mixture-of-experts grouped GEMM: per expert C_e = A_e @ W_e^T (W: experts x n x k), "
-        "tuned per bucket of the tokens per expert (tokens, skew; tuner/moe.py)."
+        "tuned per bucket of the tokens per expert (tokens, skew; tuner/moe.py); --dtype e4m3: "
+        "FP8 with rowwise scales (one per token, one per expert output column), bf16 out."
     ),
 }
 _BEST_HELP = {

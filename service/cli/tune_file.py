@@ -122,7 +122,7 @@ def _shape(number: int, fields: Any, source: str, backend: str) -> RecordedShape
             f"for {query.op}"
         )
     try:
-        problem = problem_from_dict(query.op, query.problem).dims()
+        problem = problem_from_dict(query.op, query.problem, query.dtype).dims()
     except TunerError as exc:
         raise UserError(f"{where}: problem: {exc}") from None
     selector = _selector(query.device, query.backend or backend, where)

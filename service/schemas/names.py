@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 Op = Literal["gemm", "conv2d", "reduce", "softmax", "rms_norm", "scaled_gemm", "grouped_gemm"]
-#: e4m3 (FP8) is scaled_gemm's input dtype alone (tuner.problems.OP_DTYPES)
+#: e4m3 (FP8) is an input dtype of scaled_gemm and grouped_gemm alone (tuner.problems.OP_DTYPES)
 DType = Literal["f16", "bf16", "f32", "e4m3"]
 ReduceKind = Literal["sum", "max", "mean"]
 #: a backend's name (the backend itself is ``tuner.backends.base.Backend``)

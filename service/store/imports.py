@@ -139,7 +139,7 @@ def _checked(
     at: list[str | int] = ["body", number]
     try:
         check_layout(record.op, record.layout, [*at, "layout"])
-        problem = parse_problem(record.op, record.problem, [*at, "problem"])
+        problem = parse_problem(record.op, record.problem, [*at, "problem"], record.dtype)
     except InvalidInput as exc:
         raise _Refused(exc.loc, exc.detail) from None
     created = record.measurement.created_at

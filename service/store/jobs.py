@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 def parse_problems(body: JobCreate) -> list[Problem]:
     """The job's problems, parsed once here at the door (InvalidInput names the bad one)."""
     return [
-        parse_problem(body.op, fields, ["body", "problems", index])
+        parse_problem(body.op, fields, ["body", "problems", index], body.dtype)
         for index, fields in enumerate(body.problems)
     ]
 

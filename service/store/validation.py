@@ -23,8 +23,12 @@ __all__ = [
 _INT = re.compile(r"^[+-]?\d{1,30}$")
 
 
-def parse_problem(op: str, fields: Any, loc: Sequence[str | int]) -> Problem:
-    """The op's problem from a dict, or InvalidInput at ``loc`` + the offending field."""
+def parse_problem(
+    op: str, fields: Any, loc: Sequence[str | int], dtype: str | None = None
+) -> Problem:
+    """The op's problem from a dict, or InvalidInput at ``loc`` + the offending field. With
+    ``dtype`` (already checked for ``op``) the dims are checked against it too (grouped_gemm
+    e4m3: n and k multiples of 16; ``tuner.problems.check_problem_dtype``)."""
     if not isinstance(fields, Mapping):
         raise InvalidInput(list(loc), "must be an object of dims")
     # JSON has one number type: a dim sent as 4096.0 is the integer 4096
@@ -33,7 +37,7 @@ def parse_problem(op: str, fields: Any, loc: Sequence[str | int]) -> Problem:
         for name, value in fields.items()
     }
     try:
-        return problem_from_dict(op, dims)
+        return problem_from_dict(op, dims, dtype)
     except InvalidRequestError as exc:
         where = list(loc) if exc.field == "problems" else [*loc, exc.field]
         raise InvalidInput(where, exc.reason) from None
@@ -49,7 +53,8 @@ def check_layout(op: str, layout: str | None, loc: Sequence[str | int]) -> str:
 
 
 def check_dtype(op: str, dtype: str, loc: Sequence[str | int]) -> str:
-    """``dtype`` if ``op`` takes it (scaled_gemm: e4m3 alone; the others: f16, bf16, f32)."""
+    """``dtype`` if ``op`` takes it (tuner.problems.OP_DTYPES: scaled_gemm e4m3 alone,
+    grouped_gemm bf16, f16 or e4m3, the others f16, bf16, f32)."""
     try:
         return check_op_dtype(op, dtype)
     except InvalidRequestError as exc:

@@ -13,9 +13,11 @@ from tuner.moe import bucket_of, token_counts
 from tuner.problems import problem_from_dict
 
 
-def test_mixtral_expert_gemms_at_three_buckets() -> None:
+def test_mixtral_expert_gemms_at_three_buckets_in_bf16_and_e4m3() -> None:
     rows = sm.problems()
-    assert len(rows) == 6
+    assert len(rows) == 12
+    assert [r["dtype"] for r, _ in rows] == ["bf16"] * 6 + ["e4m3"] * 6
+    assert [p for _, p in sm.problems("bf16")] == [p for _, p in sm.problems("e4m3")]
     assert {(r["layer"], r["n"], r["k"]) for r, _ in rows} == {
         ("gate_up", 28672, 4096),
         ("down", 4096, 14336),
@@ -26,13 +28,16 @@ def test_mixtral_expert_gemms_at_three_buckets() -> None:
         assert bucket_of(counts) == (problem.tokens, problem.skew)
 
 
-def test_the_precompile_command_builds_every_problem() -> None:
-    (command,) = sm.precompile_commands(8)
-    argv = shlex.split(command)
-    assert argv[argv.index("--op") + 1] == "grouped_gemm"
-    problems = [argv[i + 1] for i, a in enumerate(argv) if a == "--problem"]
-    built = [problem_from_dict("grouped_gemm", parse_dims(p)) for p in problems]
-    assert built == [p for _, p in sm.problems()]
+def test_the_precompile_commands_build_every_problem_of_each_dtype() -> None:
+    commands = sm.precompile_commands(8)
+    assert len(commands) == 2
+    for command, dtype in zip(commands, ("bf16", "e4m3"), strict=True):
+        argv = shlex.split(command)
+        assert argv[argv.index("--op") + 1] == "grouped_gemm"
+        assert argv[argv.index("--dtype") + 1] == dtype
+        problems = [argv[i + 1] for i, a in enumerate(argv) if a == "--problem"]
+        built = [problem_from_dict("grouped_gemm", parse_dims(p), dtype) for p in problems]
+        assert built == [p for _, p in sm.problems(dtype)]
 
 
 def test_totals_read_the_speedups() -> None:
@@ -46,3 +51,18 @@ def test_totals_read_the_speedups() -> None:
     assert totals["min_vs_grouped_mm"] == 0.8
     assert totals["geomean_vs_loop"] == pytest.approx(6**0.5)
     assert totals["rows_measured"] == 2 and totals["rows_total"] == 3
+    assert totals["fp8_rows_measured"] == 0
+
+
+def test_totals_read_the_fp8_speedups_apart() -> None:
+    rows = [
+        {"speedup": {"grouped_mm": 1.2, "loop": 2.0}},
+        {"speedup": {"scaled_grouped_mm": 1.1, "scaled_loop": 1.8}},
+        {"speedup": {"scaled_grouped_mm": 0.9, "scaled_loop": 2.2}},
+    ]
+    totals = sm.totals(rows)
+    assert totals["geomean_vs_grouped_mm"] == pytest.approx(1.2)
+    assert totals["geomean_vs_scaled_grouped_mm"] == pytest.approx((1.1 * 0.9) ** 0.5)
+    assert totals["min_vs_scaled_grouped_mm"] == 0.9
+    assert totals["geomean_vs_scaled_loop"] == pytest.approx((1.8 * 2.2) ** 0.5)
+    assert totals["rows_measured"] == 1 and totals["fp8_rows_measured"] == 2

@@ -1,6 +1,7 @@
 """nvcc builds of the grouped_gemm templates on sm_90a (one instance per template: the CUTLASS
-pointer-array grouped kernel and our decode kernel), and the host side of their ABI: the dims
-with the tokens per expert, the checks and refusals, the workspace (no GPU)."""
+pointer-array grouped kernel and our decode kernel, each for bf16/f16 and for e4m3), and the
+host side of their ABI: the dims with the tokens per expert, the checks and refusals, the
+workspace (no GPU)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ def _first(family: str, dtype: str) -> dict:
     return next(p for p in SPACE.enumerate(dtype, "rcr", "sm_90") if p["family"] == family)
 
 
-@pytest.mark.parametrize(("family", "dtype"), [("decode", "f16"), ("sm90", "bf16")])
+@pytest.mark.parametrize(
+    ("family", "dtype"), [("decode", "f16"), ("sm90", "bf16"), ("decode", "e4m3"), ("sm90", "e4m3")]
+)
 def test_each_grouped_template_compiles_and_checks_its_dims(
     tmp_path: Path, family: str, dtype: str
 ) -> None:
@@ -56,6 +59,10 @@ def test_each_grouped_template_compiles_and_checks_its_dims(
     assert lib.tunehub_can_run(*_dims(257, 64, 64, 16, 1, *[0] * 257)) == 1
     assert lib.tunehub_can_run(*_dims(4, 60, 64, 16, 2, 8, 3, 3, 2)) == 2  # TUNEHUB_MISALIGNED
     assert lib.tunehub_can_run(*_dims(4, 64, 68, 16, 2, 8, 3, 3, 2)) == 2
+    # FP8 rows are whole 16-byte vectors: n = 72 is a multiple of 8, not of 16
+    assert lib.tunehub_can_run(*_dims(4, 72, 64, 16, 2, 8, 3, 3, 2)) == (
+        2 if dtype == "e4m3" else 0
+    )
     workspace = lib.tunehub_workspace_bytes(*_dims(*dims))
     assert workspace == 0 if family == "decode" else workspace > 0
     run = lib.tunehub_run
@@ -68,12 +75,14 @@ def test_each_grouped_template_compiles_and_checks_its_dims(
         ctypes.c_size_t,
         ctypes.c_void_p,
     ]
-    inputs = (ctypes.c_void_p * 2)(0x10000, 0x20000)
+    # e4m3 also takes the two scale arrays (tuner.abi)
+    pointers = (0x10000, 0x20000, 0x40000, 0x50000) if dtype == "e4m3" else (0x10000, 0x20000)
+    inputs = (ctypes.c_void_p * len(pointers))(*pointers)
     bad, n_bad = _dims(*dims[:-1])
     assert run(inputs, 0x30000, bad, n_bad, None, 0, None) == 1  # refused before any launch
     good, n_good = _dims(*dims)
     if family == "decode":
-        odd = (ctypes.c_void_p * 2)(0x10002, 0x20000)
+        odd = (ctypes.c_void_p * len(pointers))(0x10002, *pointers[1:])
         assert run(odd, 0x30000, good, n_good, None, 0, None) == 2  # A off 16 bytes
     else:
         assert run(inputs, 0x30000, good, n_good, None, 0, None) == 6  # TUNEHUB_WORKSPACE

@@ -60,7 +60,7 @@ def test_per_tensor_takes_any_k_of_16_and_any_n() -> None:
     assert ScaledGemmProblem(3, 200, 48).scaling == "per_tensor"
 
 
-def test_e4m3_is_scaled_gemm_dtype_alone() -> None:
+def test_e4m3_is_taken_by_the_fp8_ops_alone() -> None:
     assert check_op_dtype("scaled_gemm", "e4m3") == "e4m3"
     assert check_op_dtype("gemm", "bf16") == "bf16"
     for op, dtype in (("scaled_gemm", "bf16"), ("gemm", "e4m3"), ("softmax", "e4m3")):

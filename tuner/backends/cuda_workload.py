@@ -204,6 +204,11 @@ def build_workload(problem: Problem, dtype: str, layout: str, seed: int, l2_byte
     """Random input sets totalling >= 2x L2 (capped by memory), outputs and the reference."""
     if isinstance(problem, ScaledGemmProblem):
         return _scaled_gemm_workload(problem, dtype, layout, seed, l2_bytes)
+    if isinstance(problem, GroupedGemmProblem) and dtype == "e4m3":
+        # FP8 with rowwise scales; that module builds on this one's Workload
+        from tuner.backends.cuda_grouped_fp8 import grouped_fp8_workload
+
+        return grouped_fp8_workload(problem, dtype, layout, seed, l2_bytes)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     in_shapes, out_shape, scale = _shapes(problem, layout)
@@ -265,7 +270,7 @@ def _scaled_gemm_workload(
 
 def verify_output(work: Workload, dtype: str) -> tuple[bool, float, str]:
     """(ok, max |error|, message) of output set 0 against the float32 reference (in the
-    workload's out_dtype tolerance when it has one: scaled_gemm)."""
+    workload's out_dtype tolerance when it has one: scaled_gemm, grouped_gemm e4m3)."""
     dtype = work.out_dtype or dtype
     got = work.outputs[0].float().reshape(work.expected.shape)
     finite = torch.isfinite(got)

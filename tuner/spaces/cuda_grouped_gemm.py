@@ -11,8 +11,18 @@ Two families, each params dict naming its ``library`` and ``family``:
   ``tokens_per_pass`` of its tokens, so each weight row is streamed once per pass (once in
   decode). Built for sm_80 and up.
 
-The vendor path a user would call (``torch._grouped_mm``) is the benchmark's baseline
-(``bench/serving_moe.py``), not a candidate: it has no ABI entry point of its own here.
+dtype ``e4m3`` (FP8 with rowwise scales, bf16 out: ``tuner.fp8_grouped``): both families, each
+variant's params carrying ``scaling: rowwise`` (bf16/f16 params carry no scaling, so their
+names and ids are what they were). ``decode`` streams FP8 weights (half the bytes of bf16) in
+``grouped_gemm_decode_fp8.cu.j2`` and applies the two scales to each finished sum; ``sm90`` is
+CUTLASS's FP8 pointer-array kernel (``grouped_gemm_sm90_fp8.cu.j2``: tile K 128, fast or
+promoted accumulation) whose epilogue multiplies by the per-group token-row scales (a column
+broadcast) and the expert's output-column scales (a row broadcast), both through per-group
+pointer arrays, in the same single launch.
+
+The vendor paths a user would call (``torch._grouped_mm``, ``torch._scaled_grouped_mm``) are
+the benchmark's baselines (``bench/serving_moe.py``), not candidates: they have no ABI entry
+point of their own here.
 ``order`` puts the decode family first when the bucket's mean tokens per expert is at most
 :data:`DECODE_MEAN_TOKENS`, else the CUTLASS family (each tile on one CTA before clusters,
 64-row tiles first for small experts, the largest first above 64 tokens an expert); the other
@@ -27,11 +37,17 @@ from typing import Any
 
 from tuner.errors import InvalidRequestError
 from tuner.moe import token_counts
-from tuner.problems import GroupedGemmProblem, Problem
-from tuner.spaces._cutlass_common import check_dtype, sm90_tile, sm_number
+from tuner.problems import FP8_K_ALIGN, GroupedGemmProblem, Problem, op_dtypes
+from tuner.spaces._cutlass_common import sm90_tile, sm_number
 from tuner.spaces.base import Params, VariantSpace
 
-__all__ = ["CudaGroupedGemmSpace", "DECODE_MEAN_TOKENS", "DECODE_MAX_TOKENS", "LIBRARIES"]
+__all__ = [
+    "CudaGroupedGemmSpace",
+    "DECODE_MEAN_TOKENS",
+    "DECODE_MAX_TOKENS",
+    "LIBRARIES",
+    "SCALING",
+]
 
 #: ``order``: at most this many tokens per expert on average, the decode family goes first
 DECODE_MEAN_TOKENS = 8
@@ -53,6 +69,20 @@ _SM90_TILES = (
     (128, 128, 128, "coop"),
 )
 _SM90_CLUSTERS = ((1, 1), (2, 1), (1, 2))
+#: e4m3: tile K 128 (128 bytes of FP8 a row, the 128-byte swizzle)
+_SM90_FP8_TILES = (
+    (64, 128, 128, "pingpong"),
+    (64, 256, 128, "pingpong"),
+    (128, 128, 128, "pingpong"),
+    (128, 128, 128, "coop"),
+    (128, 256, 128, "coop"),
+    (256, 128, 128, "coop"),
+)
+#: e4m3 accumulation: ``fast`` (the wgmma accumulator alone) or ``promoted`` (into f32
+#: registers every K tile), as scaled_gemm's per-tensor kernels
+_SM90_FP8_ACCUMS = ("fast", "promoted")
+#: the params key (and its one value) that marks an e4m3 variant: rowwise scales
+SCALING = "rowwise"
 _DECODE_TOKENS = (1, 2, 4, 8, 16)
 _DECODE_ROWS = (1, 2, 4)
 _DECODE_WARPS = (4, 8)
@@ -65,12 +95,43 @@ def _sm90_params() -> list[Params]:
     ]
 
 
-def _decode_params() -> list[Params]:
+def _sm90_fp8_params() -> list[Params]:
     return [
-        {"library": "tunehub", "family": "decode", "tokens_per_pass": t, "rows": r, "warps": w}
+        {
+            "library": "cutlass",
+            "family": "sm90",
+            **sm90_tile(tm, tn, tk, cm, cn, schedule),
+            "accum": accum,
+            "scaling": SCALING,
+        }
+        for (tm, tn, tk, schedule), accum, (cm, cn) in itertools.product(
+            _SM90_FP8_TILES, _SM90_FP8_ACCUMS, _SM90_CLUSTERS
+        )
+    ]
+
+
+def _decode_params(dtype: str) -> list[Params]:
+    scaling = {"scaling": SCALING} if dtype == "e4m3" else {}
+    return [
+        {
+            "library": "tunehub",
+            "family": "decode",
+            "tokens_per_pass": t,
+            "rows": r,
+            "warps": w,
+            **scaling,
+        }
         for t, r, w in itertools.product(_DECODE_TOKENS, _DECODE_ROWS, _DECODE_WARPS)
         if t * r <= 32  # one lane writes one (token, row) result
     ]
+
+
+def _check_dtype(dtype: str) -> None:
+    allowed = op_dtypes("grouped_gemm")
+    if dtype not in allowed:
+        raise InvalidRequestError(
+            "dtype", f"the grouped_gemm templates take {', '.join(allowed)}, not {dtype!r}"
+        )
 
 
 class CudaGroupedGemmSpace(VariantSpace):
@@ -78,10 +139,12 @@ class CudaGroupedGemmSpace(VariantSpace):
     backend = "cuda"
     template = "cuda/grouped_gemm_sm90.cu.j2"
     decode_template = "cuda/grouped_gemm_decode.cu.j2"
+    fp8_template = "cuda/grouped_gemm_sm90_fp8.cu.j2"
+    fp8_decode_template = "cuda/grouped_gemm_decode_fp8.cu.j2"
     default_max_variants = 12
 
     def enumerate(self, dtype: str, layout: str, arch: str) -> Iterable[Params]:
-        check_dtype(dtype, "grouped_gemm")
+        _check_dtype(dtype)
         if layout != "rcr":
             raise InvalidRequestError("layout", f"grouped_gemm takes rcr, not {layout!r}")
         sm = sm_number(arch)
@@ -89,14 +152,22 @@ class CudaGroupedGemmSpace(VariantSpace):
             raise InvalidRequestError(
                 "device.arch", f"no grouped_gemm templates for {arch} (sm_80 and up)"
             )
-        return iter((_sm90_params() if sm == 90 else []) + _decode_params())
+        sm90 = (_sm90_fp8_params() if dtype == "e4m3" else _sm90_params()) if sm == 90 else []
+        return iter(sm90 + _decode_params(dtype))
 
     def template_for(self, params: Params) -> str:
-        return self.decode_template if params["family"] == "decode" else self.template
+        fp8 = params.get("scaling") == SCALING
+        if params["family"] == "decode":
+            return self.fp8_decode_template if fp8 else self.decode_template
+        return self.fp8_template if fp8 else self.template
 
     def prune(self, params: Params, problem: Problem, dtype: str, layout: str) -> str | None:
         if not isinstance(problem, GroupedGemmProblem):
             return f"not a grouped_gemm problem: {type(problem).__name__}"
+        if (params.get("scaling") == SCALING) != (dtype == "e4m3"):
+            return f"a variant of another dtype than {dtype}"
+        if dtype == "e4m3" and (problem.n % FP8_K_ALIGN or problem.k % FP8_K_ALIGN):
+            return f"e4m3 rows need n and k multiples of {FP8_K_ALIGN} (16-byte FP8 vectors)"
         if params["family"] == "decode":
             most = max(token_counts(problem.experts, problem.tokens, problem.skew))
             if most > DECODE_MAX_TOKENS:
@@ -126,7 +197,9 @@ class CudaGroupedGemmSpace(VariantSpace):
             small = mean <= 64
             fit = int(p["tile_m"]) if small else -int(p["tile_m"]) * int(p["tile_n"])
             clustered = p["cluster_m"] * p["cluster_n"] > 1
-            return (clustered, fit, p["schedule"] != "coop", p["tile_k"], p["cluster_n"])
+            slow_accum = p.get("accum") == "promoted"  # e4m3: fast accumulation first
+            coop = p["schedule"] != "coop"
+            return (clustered, fit, coop, slow_accum, p["tile_k"], p["cluster_n"])
 
         decode = sorted((p for p in candidates if p["family"] == "decode"), key=decode_key)
         sm90 = sorted((p for p in candidates if p["family"] == "sm90"), key=sm90_key)
@@ -143,8 +216,11 @@ class CudaGroupedGemmSpace(VariantSpace):
             )
         tile = f"{params['tile_m']}x{params['tile_n']}x{params['tile_k']}"
         cluster = f"c{params['cluster_m']}x{params['cluster_n']}"
-        return f"grouped_gemm_{dtype}_{tile}_{cluster}_{params['schedule']}"
+        accum = f"_{params['accum']}" if "accum" in params else ""
+        return f"grouped_gemm_{dtype}_{tile}_{cluster}_{params['schedule']}{accum}"
 
     def render_context(self, params: Params, dtype: str, layout: str) -> dict[str, Any]:
-        check_dtype(dtype, "grouped_gemm")
+        _check_dtype(dtype)
+        if (params.get("scaling") == SCALING) != (dtype == "e4m3"):
+            raise InvalidRequestError("dtype", f"params of another dtype than {dtype}")
         return super().render_context(params, dtype, layout)

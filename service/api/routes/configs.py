@@ -70,7 +70,7 @@ async def best_config(
     to get a 304 while the answer is unchanged."""
     layout = check_layout(op, layout, ["query", "layout"])
     check_dtype(op, dtype, ["query", "dtype"])
-    problem = parse_problem(op, query_dims(request.query_params, _KNOWN_QUERY), ["query"])
+    problem = parse_problem(op, query_dims(request.query_params, _KNOWN_QUERY), ["query"], dtype)
     query = LookupQuery(op, dtype, layout, problem, device, backend, toolchain)
     maker = request.app.state.sessionmaker
     if request.app.state.settings.is_sqlite:
@@ -93,7 +93,9 @@ def query_configs(body: ConfigQueryBatch, session: SessionDep) -> Response:
         try:
             layout = check_layout(query.op, query.layout, ["body", "queries", index, "layout"])
             check_dtype(query.op, query.dtype, ["body", "queries", index, "dtype"])
-            problem = parse_problem(query.op, query.problem, ["body", "queries", index, "problem"])
+            problem = parse_problem(
+                query.op, query.problem, ["body", "queries", index, "problem"], query.dtype
+            )
         except InvalidInput as exc:
             parsed.append(f"{'.'.join(map(str, exc.loc))}: {exc.detail}")
             continue

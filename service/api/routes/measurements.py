@@ -61,7 +61,7 @@ def list_measurements(
         )
         dims = query_dims(request.query_params, _KNOWN_QUERY)
         if dims or job_id is None:
-            problem = parse_problem(op, dims, ["query"])
+            problem = parse_problem(op, dims, ["query"], dtype)
             query = query.where(Measurement.problem_key == problem.key())
     if device is not None or backend is not None:
         ids = [d.id for d in find_devices(session, device, backend)]

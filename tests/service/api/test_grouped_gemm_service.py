@@ -60,7 +60,7 @@ def test_a_job_on_a_backend_without_grouped_variants_is_refused_at_submission(ap
     assert api.client.get("/v1/jobs").json()["jobs"] == []  # nothing stored
 
 
-def test_grouped_gemm_takes_bf16_and_f16_only(api: Any) -> None:
+def test_grouped_gemm_refuses_f32(api: Any) -> None:
     problem = {**MIXTRAL, "tokens": 16}
     body = api.job_body(op="grouped_gemm", dtype="f32", problems=[problem], device=CUDA)
     response = api.client.post("/v1/jobs", json=body, headers=api.harness.submit)
