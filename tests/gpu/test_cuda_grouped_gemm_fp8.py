@@ -31,8 +31,8 @@ pytestmark = GPU_MARKS
 
 SPACE = load_space("grouped_gemm", "cuda")
 DECODE = {"family": "decode", "tokens_per_pass": 2, "rows": 2, "warps": 4}
-SM90 = {"family": "sm90", "tile_m": 128, "tile_n": 128, "schedule": "coop", "accum": "fast"}
-SM90_PROMOTED = {**SM90, "accum": "promoted"}
+SM90 = {"family": "sm90", "tile_m": 128, "tile_n": 128, "schedule": "coop", "accum": "promoted"}
+SM90_PINGPONG = {**SM90, "tile_m": 64, "schedule": "pingpong"}
 
 
 def _pick(problem: GroupedGemmProblem, match: dict[str, Any]) -> dict[str, Any]:
@@ -56,7 +56,7 @@ CASES = [
     # OLMoE-like decode bucket (64 experts, 8 tokens), Mixtral-like mid bucket
     (DECODE, (64, 1024, 2048, 8, 8)),
     (SM90, (8, 4096, 1024, 512, 2)),
-    (SM90_PROMOTED, (64, 1024, 2048, 256, 4)),
+    (SM90_PINGPONG, (64, 1024, 2048, 256, 4)),
 ]
 #: tokens per expert of a real batch: empty experts, uneven counts (each a multiple of 16, which
 #: torch._scaled_grouped_mm asks of its groups on sm90)
@@ -78,7 +78,7 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CudaBackend]:
         yield backend
 
 
-@pytest.mark.parametrize(("match", "dims"), CASES, ids=["decode", "sm90_fast", "sm90_promoted"])
+@pytest.mark.parametrize(("match", "dims"), CASES, ids=["decode", "sm90_coop", "sm90_pingpong"])
 def test_one_variant_of_each_family_verifies_in_the_harness(
     backend: CudaBackend, match: dict[str, Any], dims: tuple
 ) -> None:

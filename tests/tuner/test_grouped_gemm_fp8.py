@@ -141,10 +141,8 @@ def test_e4m3_has_both_families_on_sm90_each_marked_rowwise() -> None:
     assert all(p["scaling"] == SCALING == "rowwise" for p in params)
     assert {p["family"] for p in _params("e4m3", "sm_80")} == {"decode"}
     sm90 = [p for p in params if p["family"] == "sm90"]
-    assert {p["tile_k"] for p in sm90} == {128} and {p["accum"] for p in sm90} == {
-        "fast",
-        "promoted",
-    }
+    # fast accumulation gave wrong results on an H100: left out (see _SM90_FP8_ACCUMS)
+    assert {p["tile_k"] for p in sm90} == {128} and {p["accum"] for p in sm90} == {"promoted"}
     assert all(p["tile_m"] >= 128 for p in sm90 if p["schedule"] == "coop")
     assert not any("scaling" in p or "accum" in p for p in _params("bf16") + _params("f16"))
 
@@ -155,7 +153,7 @@ def test_e4m3_templates_and_names() -> None:
     assert SPACE.name(decode, "e4m3", "rcr") == "grouped_gemm_e4m3_decode_t1_r1_w4"
     sm90 = next(p for p in _params("e4m3") if p["family"] == "sm90")
     assert SPACE.template_for(sm90) == "cuda/grouped_gemm_sm90_fp8.cu.j2"
-    assert SPACE.name(sm90, "e4m3", "rcr") == "grouped_gemm_e4m3_64x128x128_c1x1_pingpong_fast"
+    assert SPACE.name(sm90, "e4m3", "rcr") == "grouped_gemm_e4m3_64x128x128_c1x1_pingpong_promoted"
     names = [SPACE.name(p, "e4m3", "rcr") for p in _params("e4m3")]
     assert len(set(names)) == len(names)
 
@@ -182,7 +180,7 @@ def test_prune_decode_above_its_tokens_and_params_of_another_dtype() -> None:
     assert "multiples of 16" in str(SPACE.prune(decode, odd, "e4m3", "rcr"))
 
 
-def test_order_decode_first_in_decode_and_cutlass_fast_accumulation_first_in_prefill() -> None:
+def test_order_decode_first_in_decode_and_cutlass_first_in_prefill() -> None:
     def ordered(problem: GroupedGemmProblem) -> list[dict]:
         params = _params("e4m3")
         kept = [p for p in params if SPACE.prune(p, problem, "e4m3", "rcr") is None]
@@ -190,7 +188,7 @@ def test_order_decode_first_in_decode_and_cutlass_fast_accumulation_first_in_pre
 
     assert ordered(DECODE)[0]["family"] == "decode"
     prefill = ordered(PREFILL)
-    assert prefill[0]["family"] == "sm90" and prefill[0]["accum"] == "fast"
+    assert prefill[0]["family"] == "sm90" and prefill[0]["accum"] == "promoted"
     assert prefill[0]["cluster_m"] * prefill[0]["cluster_n"] == 1
 
 

@@ -78,9 +78,12 @@ _SM90_FP8_TILES = (
     (128, 256, 128, "coop"),
     (256, 128, 128, "coop"),
 )
-#: e4m3 accumulation: ``fast`` (the wgmma accumulator alone) or ``promoted`` (into f32
-#: registers every K tile), as scaled_gemm's per-tensor kernels
-_SM90_FP8_ACCUMS = ("fast", "promoted")
+#: e4m3 accumulation enumerated: ``promoted`` (into f32 registers every K tile). The template
+#: also renders ``fast`` (the wgmma accumulator alone, as scaled_gemm's per-tensor kernels),
+#: but on an H100 (2026-12-06, tests/gpu/test_cuda_grouped_gemm_fp8.py) its 128x128 coop
+#: variant was off by up to 2.47 at k = 1024 where promoted verified at k = 2048: a wrong
+#: result, not FP8 rounding, so it stays out of the space until that is understood
+_SM90_FP8_ACCUMS = ("promoted",)
 #: the params key (and its one value) that marks an e4m3 variant: rowwise scales
 SCALING = "rowwise"
 _DECODE_TOKENS = (1, 2, 4, 8, 16)
