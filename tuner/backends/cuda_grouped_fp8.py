@@ -8,12 +8,16 @@ Imported only inside the harness process, by ``tuner.backends.cuda_workload.buil
 from __future__ import annotations
 
 import ctypes
-import math
 
 import torch
 
 from tuner.abi import abi_dims
-from tuner.backends.cuda_workload import MAX_INPUT_SETS, MEMORY_SHARE, TORCH_DTYPES, Workload
+from tuner.backends.cuda_workload import (
+    TORCH_DTYPES,
+    Workload,
+    input_set_count,
+    seeded_generator,
+)
 from tuner.fp8 import E4M3_MAX
 from tuner.fp8_grouped import SCALE_FACTORS
 from tuner.moe import token_counts
@@ -80,11 +84,8 @@ def grouped_fp8_workload(
     dequantized set 0 (float32 matmuls, TF32 off), sets rotated over >= 2x L2 as every op's."""
     torch.backends.cuda.matmul.allow_tf32 = False
     set_bytes = grouped_fp8_set_bytes(problem)
-    free, _ = torch.cuda.mem_get_info()
-    wanted = max(1, math.ceil(2 * l2_bytes / max(1, set_bytes)))
-    n_sets = min(wanted, max(1, int(free * MEMORY_SHARE) // max(1, set_bytes)), MAX_INPUT_SETS)
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(seed)
+    n_sets = input_set_count(set_bytes, l2_bytes)
+    gen = seeded_generator(seed)
     inputs = [grouped_fp8_inputs(problem, gen) for _ in range(n_sets)]
     out = TORCH_DTYPES[GROUPED_FP8_OUT_DTYPE]
     shape = (problem.tokens, problem.n)

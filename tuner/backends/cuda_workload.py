@@ -42,6 +42,8 @@ __all__ = [
     "time_launches",
     "TimingRun",
     "TORCH_DTYPES",
+    "input_set_count",
+    "seeded_generator",
 ]
 
 TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
@@ -65,6 +67,23 @@ class Workload:
     pointer_arrays: list[Any] = field(default_factory=list)
     #: the output's dtype when it is not the request's (scaled_gemm: its out_dtype)
     out_dtype: str | None = None
+
+
+def input_set_count(set_bytes: int, l2_bytes: int) -> int:
+    """How many input sets a problem rotates through: enough to cover twice the L2 (each
+    launch reads operands from memory, not from the last launch's cache), at most
+    MEMORY_SHARE of free device memory and MAX_INPUT_SETS."""
+    free, _ = torch.cuda.mem_get_info()
+    wanted = max(1, math.ceil(2 * l2_bytes / max(1, set_bytes)))
+    affordable = max(1, int(free * MEMORY_SHARE) // max(1, set_bytes))
+    return min(wanted, affordable, MAX_INPUT_SETS)
+
+
+def seeded_generator(seed: int) -> torch.Generator:
+    """The device generator every workload draws its inputs from."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    return gen
 
 
 def _uniform(
@@ -214,12 +233,8 @@ def build_workload(problem: Problem, dtype: str, layout: str, seed: int, l2_byte
     in_shapes, out_shape, scale = _shapes(problem, layout)
     elem = torch.tensor([], dtype=TORCH_DTYPES[dtype]).element_size()
     set_bytes = (sum(math.prod(s) for s in in_shapes) + math.prod(out_shape)) * elem
-    free, _ = torch.cuda.mem_get_info()
-    wanted = max(1, math.ceil(2 * l2_bytes / max(1, set_bytes)))
-    affordable = max(1, int(free * MEMORY_SHARE) // max(1, set_bytes))
-    n_sets = min(wanted, affordable, MAX_INPUT_SETS)
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(seed)
+    n_sets = input_set_count(set_bytes, l2_bytes)
+    gen = seeded_generator(seed)
     inputs = [[_uniform(s, dtype, scale, gen) for s in in_shapes] for _ in range(n_sets)]
     outputs = [
         torch.empty(out_shape, dtype=TORCH_DTYPES[dtype], device="cuda") for _ in range(n_sets)
@@ -245,11 +260,8 @@ def _scaled_gemm_workload(
     dequantized set 0 (float32 matmul, TF32 off)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     set_bytes = problem.m * problem.k + problem.n * problem.k + 2 * problem.m * problem.n
-    free, _ = torch.cuda.mem_get_info()
-    wanted = max(1, math.ceil(2 * l2_bytes / max(1, set_bytes)))
-    n_sets = min(wanted, max(1, int(free * MEMORY_SHARE) // max(1, set_bytes)), MAX_INPUT_SETS)
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(seed)
+    n_sets = input_set_count(set_bytes, l2_bytes)
+    gen = seeded_generator(seed)
     inputs = [scaled_gemm_inputs(problem, gen) for _ in range(n_sets)]
     out = TORCH_DTYPES[problem.out_dtype]
     outputs = [torch.empty((problem.m, problem.n), dtype=out, device="cuda") for _ in range(n_sets)]
