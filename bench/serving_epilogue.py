@@ -124,8 +124,16 @@ def _activation(torch: Any, epilogue: str) -> Any:
     }[epilogue]
 
 
-def gemm_timers(torch: Any, harness: Any, req: dict[str, Any], epilogue: str) -> dict[str, Timer]:
-    """The unfused pair and F.linear + activation on the harness's input sets (W stored [n,k])."""
+def gemm_timers(
+    torch: Any,
+    harness: Any,
+    req: dict[str, Any],
+    epilogue: str,
+    timing: dict[str, Any] | None = None,
+) -> dict[str, Timer]:
+    """The unfused pair and F.linear + activation on the harness's input sets (W stored [n,k]),
+    each window ``timing`` (default ``COMPARE_TIMING``; bench/regress.py passes its own)."""
+    timing = timing or COMPARE_TIMING
     work = harness.workload_for(req)
     sets = [(ins[0], ins[1], ins[2]) for ins in work.inputs]
     functional = torch.nn.functional
@@ -146,13 +154,21 @@ def gemm_timers(torch: Any, harness: Any, req: dict[str, Any], epilogue: str) ->
 
     n = len(sets)
     return {
-        "unfused": launch_timer(harness, unfused, n, COMPARE_TIMING),
-        "linear_then_act": launch_timer(harness, linear_then_act, n, COMPARE_TIMING),
+        "unfused": launch_timer(harness, unfused, n, timing),
+        "linear_then_act": launch_timer(harness, linear_then_act, n, timing),
     }
 
 
-def conv_timers(torch: Any, harness: Any, req: dict[str, Any], problem: dict) -> dict[str, Timer]:
-    """torch's conv2d (cuDNN, channels-last views of the NHWC sets), then bias + relu."""
+def conv_timers(
+    torch: Any,
+    harness: Any,
+    req: dict[str, Any],
+    problem: dict,
+    timing: dict[str, Any] | None = None,
+) -> dict[str, Timer]:
+    """torch's conv2d (cuDNN, channels-last views of the NHWC sets), then bias + relu; each
+    window ``timing`` (default ``COMPARE_TIMING``)."""
+    timing = timing or COMPARE_TIMING
     work = harness.workload_for(req)
     sets = [(ins[0].permute(0, 3, 1, 2), ins[1].permute(0, 3, 1, 2), ins[2]) for ins in work.inputs]
     conv = torch.nn.functional.conv2d
@@ -168,8 +184,8 @@ def conv_timers(torch: Any, harness: Any, req: dict[str, Any], problem: dict) ->
 
     n = len(sets)
     return {
-        "unfused": launch_timer(harness, unfused, n, COMPARE_TIMING),
-        "conv_bias_then_act": launch_timer(harness, conv_bias_then_act, n, COMPARE_TIMING),
+        "unfused": launch_timer(harness, unfused, n, timing),
+        "conv_bias_then_act": launch_timer(harness, conv_bias_then_act, n, timing),
     }
 
 

@@ -34,6 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.vendor_common import (  # noqa: E402
+    Timer,
     artifact_timer,
     geomean,
     interleaved_medians,
@@ -102,6 +103,21 @@ def _scaled_mm_launcher(torch: Any, work: Any, problem: ScaledGemmProblem) -> An
     return call
 
 
+def scaled_mm_timers(
+    torch: Any,
+    harness: Any,
+    req: dict[str, Any],
+    problem: ScaledGemmProblem,
+    timing: dict[str, Any],
+) -> dict[str, Timer]:
+    """``torch_scaled_mm``: torch._scaled_mm on the harness's input sets of ``req`` (per-tensor
+    scales, or block scaling's 1x128 / 128x128), each window ``timing``. A torch that refuses
+    the scales raises here (RuntimeError from its first call), not in the rounds."""
+    work = harness.workload_for(req)
+    call = _scaled_mm_launcher(torch, work, problem)
+    return {"torch_scaled_mm": launch_timer(harness, call, len(work.inputs), timing)}
+
+
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
@@ -154,11 +170,9 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         artifact = next(str(built[v.id].artifact) for v in variants if v.name == winner)
         row["winner"] = winner
         row["vendor_default"] = variants[0].name if discovered else None
-        work = harness.workload_for(req)
         timers = {"winner": artifact_timer(harness, req, artifact)}
         try:
-            fn = _scaled_mm_launcher(torch, work, problem)
-            timers["torch_scaled_mm"] = launch_timer(harness, fn, len(work.inputs), timing)
+            timers.update(scaled_mm_timers(torch, harness, req, problem, timing))
         except (RuntimeError, TypeError, ValueError) as exc:
             row["torch_error"] = f"{type(exc).__name__}: {exc}"[:300]
         medians = interleaved_medians(timers, row, args.rounds)

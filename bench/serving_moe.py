@@ -107,9 +107,15 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
 
 
 def vendor_timers(
-    torch: Any, harness: Any, req: dict[str, Any], counts: list[int]
+    torch: Any,
+    harness: Any,
+    req: dict[str, Any],
+    counts: list[int],
+    timing: dict[str, Any] | None = None,
 ) -> dict[str, Timer]:
-    """torch._grouped_mm and the per-expert loop on the harness's input sets (A, W, D)."""
+    """torch._grouped_mm and the per-expert loop on the harness's input sets (A, W, D), each
+    window ``timing`` (default ``COMPARE_TIMING``; bench/regress.py passes its own)."""
+    timing = timing or COMPARE_TIMING
     work = harness.workload_for(req)
     rows = sum(counts)
     offs = torch.tensor(counts, device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
@@ -127,17 +133,23 @@ def vendor_timers(
                 s = starts[e]
                 torch.matmul(a[s : s + m], w[e].t(), out=d[s : s + m])
 
-    timers = {"loop": launch_timer(harness, loop, len(sets), COMPARE_TIMING)}
+    timers = {"loop": launch_timer(harness, loop, len(sets), timing)}
     if hasattr(torch, "_grouped_mm"):
-        timers["grouped_mm"] = launch_timer(harness, grouped_mm, len(sets), COMPARE_TIMING)
+        timers["grouped_mm"] = launch_timer(harness, grouped_mm, len(sets), timing)
     return timers
 
 
 def fp8_timers(
-    torch: Any, harness: Any, req: dict[str, Any], counts: list[int]
+    torch: Any,
+    harness: Any,
+    req: dict[str, Any],
+    counts: list[int],
+    timing: dict[str, Any] | None = None,
 ) -> dict[str, Timer]:
     """torch._scaled_grouped_mm and a per-expert torch._scaled_mm loop (rowwise scales, bf16
-    out) on the harness's e4m3 input sets (A, W, scale_a, scale_b)."""
+    out) on the harness's e4m3 input sets (A, W, scale_a, scale_b); windows as
+    :func:`vendor_timers`'."""
+    timing = timing or COMPARE_TIMING
     work = harness.workload_for(req)
     rows = sum(counts)
     offs = torch.tensor(counts, device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
@@ -160,11 +172,9 @@ def fp8_timers(
                     a[s : s + m], w[e].t(), sa[s : s + m, None], sb[e][None], out_dtype=bf16
                 )
 
-    timers = {"scaled_loop": launch_timer(harness, scaled_loop, len(sets), COMPARE_TIMING)}
+    timers = {"scaled_loop": launch_timer(harness, scaled_loop, len(sets), timing)}
     if hasattr(torch, "_scaled_grouped_mm"):
-        timers["scaled_grouped_mm"] = launch_timer(
-            harness, scaled_grouped_mm, len(sets), COMPARE_TIMING
-        )
+        timers["scaled_grouped_mm"] = launch_timer(harness, scaled_grouped_mm, len(sets), timing)
     return timers
 
 
