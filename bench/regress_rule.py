@@ -1,12 +1,15 @@
 """The comparison rule and the baseline file of bench/regress.py (no GPU, no torch).
 
 A shape's **ratio** is tunehub's figure over its reference's, both timed in the same
-interleaved rounds: GB/s over the device copy's GB/s for rows (reduce, softmax), the vendor's
-time over tunehub's for GEMM (cuBLAS through torch.matmul) and conv2d (cuDNN's default engine
-config). Each round gives one ratio; the shape's ratio is their median and its **noise** is
-half their spread (max - min) over that median. The ratio, not the figure, is compared: clocks
-and the power cap move a figure by several percent between runs, and the reference moves
-with it. The figure (GB/s, TFLOP/s) is recorded and shown beside it.
+interleaved rounds: GB/s over the device copy's GB/s for rows (reduce, softmax), the
+reference's time over tunehub's for the others: GEMM (cuBLAS through torch.matmul), conv2d
+(cuDNN's default engine config), and the call a user makes instead for issue 26's families (a
+fused GEMM or conv2d: the unfused pair; scaled_gemm: torch._scaled_mm; grouped_gemm:
+torch._grouped_mm or torch._scaled_grouped_mm). Each round gives one ratio; the shape's
+ratio is their median and its **noise** is half their spread (max - min) over that median. The
+ratio, not the figure, is compared: clocks and the power cap move a figure by several percent
+between runs, and the reference moves with it. The figure (GB/s, TFLOP/s) is recorded and
+shown beside it.
 
 **Rule** (``verdict``): with the recorded ratio R and noise N, this run's ratio r and noise n,
 
@@ -176,20 +179,48 @@ def updated_baseline(
     return {**_empty(), "devices": {name: devices[name] for name in sorted(devices)}}
 
 
+#: the table's columns: op, shape, figure, ratio, recorded ratio, noise (then the verdict)
+_WIDTHS = (12, 27, 13, 5, 5, 5)
+
+
 def _short(key: str) -> tuple[str, str]:
-    """(op, shape) cells that fit the table: gemm m,n,k; conv2d n,h,c,k,r/stride; rows m,k."""
-    op, _, dims = key.partition(" ")
+    """(op, shape) cells that fit the table: gemm m x n x k; conv2d n, h x w, c > k, r x s and
+    /stride (when not 1); rows m x k; a fused epilogue as +silu, +relu, +bias; scaled_gemm's
+    scaling and output dtype; grouped_gemm's experts, n x k, tokens and skew (E8 4096x14336
+    t16 s2); another op's dims as the key lists them. A dtype the key names leads the cell."""
+    op, _, rest = key.partition(" ")
+    first, _, tail = rest.partition(" ")  # "e4m3 experts=8,..." or "m=16,..." (f16)
+    dtype, dims = (first, tail) if "=" not in first else ("", rest)
     values = dict(part.split("=", 1) for part in dims.split(",") if "=" in part)
+    # bias + activation as +activation (every fused activation comes with a bias)
+    fused = f" +{values['epilogue'].removeprefix('bias_')}" if "epilogue" in values else ""
     if op == "conv2d":
+        stride = f"/{values['stride']}" if values["stride"] != "1" else ""
         shape = (
             f"n{values['n']} {values['h']}x{values['w']} {values['c']}>{values['k']} "
-            f"{values['r']}x{values['s']}/{values['stride']}"
+            f"{values['r']}x{values['s']}{stride}{fused}"
         )
-    elif op == "gemm":
-        shape = f"{values['m']}x{values['n']}x{values['k']}"
-    else:
+    elif op in ("gemm", "scaled_gemm"):
+        shape = f"{values['m']}x{values['n']}x{values['k']}{fused}"
+        if op == "scaled_gemm":
+            shape += f" {values['scaling'].removeprefix('per_')}>{values['out_dtype']}"
+            dtype = ""  # always e4m3
+    elif op == "grouped_gemm":
+        shape = (
+            f"E{values['experts']} {values['n']}x{values['k']} t{values['tokens']} "
+            f"s{values['skew']}"
+        )
+    elif op in ("softmax", "reduce"):
         shape = f"{values['m']}x{values['k']}"
-    return op, shape
+    else:
+        shape = dims
+    return op, f"{dtype} {shape}" if dtype else shape
+
+
+def _noise_cell(noise: float | None, width: int) -> str:
+    if noise is None:
+        return f"{'-':>{width}}"
+    return f"{'>100%' if noise >= 1.0 else format(noise, '.1%'):>{width}}"
 
 
 def format_table(
@@ -199,7 +230,11 @@ def format_table(
 ) -> str:
     """One line per shape, at most 80 columns: figure, ratio to the reference, the ratio
     recorded on this device, this run's noise, the verdict."""
-    head = f"{'op':<7} {'shape':<22} {'figure':>15} {'ratio':>6} {'rec':>6} {'noise':>6}"
+    op_w, shape_w, figure_w, ratio_w, rec_w, noise_w = _WIDTHS
+    head = (
+        f"{'op':<{op_w}} {'shape':<{shape_w}} {'figure':>{figure_w}} {'ratio':>{ratio_w}} "
+        f"{'rec':>{rec_w}} {'noise':>{noise_w}}"
+    )
     lines = [head.rstrip(), "-" * 79]
     for key, found_verdict in found.items():
         result = results.get(key) or {}
@@ -207,13 +242,14 @@ def format_table(
         op, shape = _short(key)
         figure = result.get("figure")
         unit = result.get("unit") or record.get("unit") or ""
+        noise = result.get("noise")
         cells = [
-            f"{op:<7}",
-            f"{shape[:22]:<22}",
-            f"{figure:>7.0f} {unit:<7}" if figure else f"{'-':>15}",
-            f"{result['ratio']:>6.3f}" if result.get("ratio") else f"{'-':>6}",
-            f"{record['ratio']:>6.3f}" if record.get("ratio") else f"{'-':>6}",
-            f"{result['noise']:>6.1%}" if result.get("noise") is not None else f"{'-':>6}",
+            f"{op[:op_w]:<{op_w}}",
+            f"{shape[:shape_w]:<{shape_w}}",
+            f"{figure:>{figure_w - 8}.0f} {unit:<7}" if figure else f"{'-':>{figure_w}}",
+            f"{result['ratio']:>{ratio_w}.3f}" if result.get("ratio") else f"{'-':>{ratio_w}}",
+            f"{record['ratio']:>{rec_w}.3f}" if record.get("ratio") else f"{'-':>{rec_w}}",
+            _noise_cell(noise, noise_w),
             found_verdict.status.upper() if found_verdict.failed else found_verdict.status,
         ]
         lines.append(" ".join(cells))
@@ -223,6 +259,9 @@ def format_table(
         "-" * 79,
         f"{len(failed)} failing, {len(skipped)} skipped of {len(found)} shapes; ratio: GB/s over "
         "the copy's (rows),",
-        "the vendor's time over tunehub's (gemm, conv2d); rule: bench/regress_rule.py",
+        "else the reference's time over tunehub's: cublas (gemm), cudnn_default (conv2d),",
+        "unfused (+relu, +silu: bias and activation fused; torch's op, then its bias add",
+        "and activation), torch_scaled_mm, grouped_mm (bf16), scaled_grouped_mm (e4m3);",
+        "rule: bench/regress_rule.py",
     ]
     return "\n".join(lines)
