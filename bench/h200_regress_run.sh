@@ -6,6 +6,8 @@
 # prints (run them here, then `tar -cf - .cache | xz -9e --lzma2=dict=128MiB >
 # .device-carry/cache.tar.xz`; see bench/_device_env.sh). Everything lands under $OUT/regress:
 # regress.json, regress.md (the table), regress.log. Exit status: bench/regress.py's (1: a drop).
+# The shapes of issue 26's families (fused epilogues, scaled_gemm, grouped_gemm) run last: a
+# deadline cuts them first (and a cut shape fails the run: raise REGRESS_DEADLINE then).
 #   REGRESS_ARGS="--quick"            a short check (issue 22's softmax shapes and one of each op)
 #   REGRESS_COMMIT=$(git rev-parse --short HEAD)   the commit measured (the device copy has no .git)
 #   RUN_GPU_TESTS=1                   also the softmax GPU tests of issue 22 first (at most 60 s;

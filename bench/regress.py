@@ -17,8 +17,13 @@ rotated; batches of back-to-back launches in a CUDA graph, input sets rotated ov
 CUDA events, median): rows beside torch (torch.softmax / torch.sum, shown) and a device copy of
 ``COPY_BYTES`` (the reference: the ratio is GB/s over the copy's GB/s, as in
 docs/benchmarks/h200*.md); GEMM beside torch.matmul (cuBLAS, the reference); conv2d beside
-cuDNN's default engine config (the first candidate of every conv2d job, the reference). Each
-round gives a ratio; their median is the shape's ratio and half their spread its noise.
+cuDNN's default engine config (the first candidate of every conv2d job, the reference); the
+families of issue 26 beside the call a user makes instead, timed by the serving benchmarks'
+own timers (``user_timers``): a fused GEMM or conv2d beside the ``unfused`` pair
+(bench/serving_epilogue.py), scaled_gemm beside ``torch_scaled_mm`` (bench/serving_fp8.py),
+grouped_gemm beside ``grouped_mm`` (bf16) or ``scaled_grouped_mm`` (e4m3)
+(bench/serving_moe.py). Each round gives a ratio; their median is the shape's ratio and half
+their spread its noise.
 
 Writes ``regress.json`` (meta, every shape's result, the verdicts) and ``regress.md`` (the
 table, 80 columns) under --out. Exit status: 0 when no shape fails, 1 when one does (a drop, a
@@ -36,6 +41,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +65,8 @@ TIMING = {"warmup_s": 0.02, "bench_s": 0.04, "min_samples": 10, "max_samples": 1
 COPY_BYTES = 1 << 29
 #: seconds phase 2 needs per shape (kept back from the tuning phase's share of --deadline)
 COMPARE_SECONDS = 1.8
+#: ``(torch, harness, req)`` -> labelled timers of a user's calls (a serving benchmark's)
+UserTimers = Callable[[Any, Any, dict[str, Any]], dict[str, Timer]]
 
 
 def _commit(explicit: str | None) -> str:
@@ -80,10 +89,16 @@ def _row_of(shape: Shape) -> dict[str, Any]:
     """What every row of regress.json says about its shape."""
     return {
         "op": shape.op,
+        "dtype": shape.dtype,
         "layout": shape.layout,
         "problem": shape.problem,
         "reference": shape.reference,
     }
+
+
+def _dtype(row: dict[str, Any]) -> str:
+    """The row's dtype (a regress.json written before rows named it: ``DTYPE``)."""
+    return str(row.get("dtype") or DTYPE)
 
 
 def phase_tune(todo: list[Shape], cache_dir: str, deadline: float) -> dict[str, dict[str, Any]]:
@@ -110,8 +125,10 @@ def phase_tune(todo: list[Shape], cache_dir: str, deadline: float) -> dict[str, 
                 print(f"[tune] deadline: {shape.key} and later shapes skipped", flush=True)
                 break
             budget = Budget(shape.max_variants, min(shape.max_seconds, left))
-            problem = problem_from_dict(shape.op, dict(shape.problem))
-            request = TuneRequest(shape.op, DTYPE, shape.layout, problem, "cuda", budget=budget)
+            problem = problem_from_dict(shape.op, dict(shape.problem), shape.dtype)
+            request = TuneRequest(
+                shape.op, shape.dtype, shape.layout, problem, "cuda", budget=budget
+            )
             started = time.monotonic()
             try:
                 result = tune(request, backend, config)
@@ -168,6 +185,38 @@ def _row_timers(
     return timers
 
 
+def user_timers(row: dict[str, Any]) -> UserTimers | None:
+    """The serving benchmark's timers of the call a user makes instead of ``row``'s kernel
+    (their labels include the row's reference), in this script's windows (``TIMING``): a
+    fused GEMM or conv2d the unfused pair (bench/serving_epilogue.py), scaled_gemm
+    torch._scaled_mm (bench/serving_fp8.py), grouped_gemm torch._grouped_mm (bf16) or
+    torch._scaled_grouped_mm (e4m3) on the bucket's token counts (bench/serving_moe.py).
+    None for the ops whose reference this script times itself (copy, cublas, cudnn_default)."""
+    op, problem = row["op"], row["problem"]
+    if op in ("gemm", "conv2d") and "epilogue" in problem:  # an unfused problem names none
+        from bench import serving_epilogue
+
+        if op == "gemm":
+            return partial(
+                serving_epilogue.gemm_timers, epilogue=problem["epilogue"], timing=TIMING
+            )
+        return partial(serving_epilogue.conv_timers, problem=problem, timing=TIMING)
+    if op == "scaled_gemm":
+        from bench import serving_fp8
+        from tuner.problems import ScaledGemmProblem
+
+        scaled = ScaledGemmProblem(**problem)
+        return partial(serving_fp8.scaled_mm_timers, problem=scaled, timing=TIMING)
+    if op == "grouped_gemm":
+        from bench import serving_moe
+        from tuner.moe import token_counts
+
+        counts = token_counts(problem["experts"], problem["tokens"], problem.get("skew", 1))
+        make = serving_moe.fp8_timers if _dtype(row) == "e4m3" else serving_moe.vendor_timers
+        return partial(make, counts=counts, timing=TIMING)
+    return None
+
+
 def _timers(
     torch: Any, harness: Any, row: dict[str, Any], req: dict[str, Any], copy: Timer
 ) -> dict[str, Timer]:
@@ -175,7 +224,13 @@ def _timers(
     if row["op"] in ("softmax", "reduce"):
         return _row_timers(torch, harness, row, req, copy)
     timers = {"tunehub": artifact_timer(harness, req, row["artifact"])}
-    if row["op"] == "gemm":
+    make = user_timers(row)
+    if make is not None:  # the reference alone: the other calls of the benchmark cost time
+        theirs = make(torch, harness, req)
+        if row["reference"] not in theirs:  # e.g. a torch without torch._grouped_mm
+            raise RuntimeError(f"{row['reference']}: not in this torch {torch.__version__}")
+        timers[row["reference"]] = theirs[row["reference"]]
+    elif row["op"] == "gemm":
         from bench.vs_vendor_gemm import matmul_timer
 
         timers["cublas"] = matmul_timer(torch, harness, req, TIMING)
@@ -189,7 +244,7 @@ def _figure(row: dict[str, Any], label: str, us: float) -> float:
     if label == "copy":
         return 2.0 * COPY_BYTES / us / 1e3
     problem = problem_from_dict(row["op"], dict(row["problem"]))
-    value, _ = throughput(problem, ELEMENT_SIZE[DTYPE], us)
+    value, _ = throughput(problem, ELEMENT_SIZE[_dtype(row)], us)
     return float(value or 0.0)
 
 
@@ -226,6 +281,9 @@ def phase_compare(rows: dict[str, dict[str, Any]], deadline: float, rounds: int)
     from tuner.backends.cuda_harness import Harness, probe
 
     harness = Harness(probe())
+    # the unfused conv2d reference: the user's best cuDNN algorithm, not its default, as in
+    # bench/serving_epilogue.py (the plain conv2d rows' reference is a cuDNN build of ours)
+    torch.backends.cudnn.benchmark = True
     src = torch.rand(COPY_BYTES // 2, device="cuda").to(torch.float16)
     dst = torch.empty_like(src)
 
@@ -248,7 +306,7 @@ def phase_compare(rows: dict[str, dict[str, Any]], deadline: float, rounds: int)
         req = {
             "cmd": "run",
             "op": row["op"],
-            "dtype": DTYPE,
+            "dtype": _dtype(row),
             "layout": row["layout"],
             "problem": row["problem"],
             "seed": 0,

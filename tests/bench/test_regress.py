@@ -1,17 +1,24 @@
 """bench/regress.py without a GPU: the comparison rule, the baseline file's round trip, the
-table, a saved run compared and recorded through the command line, the shape list."""
+table, a saved run compared and recorded through the command line, the shape list (issue 26's
+families with their dtypes, references and precompile commands), the choice of a reference's
+timers."""
 
 from __future__ import annotations
 
 import json
+import shlex
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench import regress
+from bench import regress, regress_shapes, serving_epilogue, serving_fp8, serving_moe
 from bench import regress_rule as rule
-from bench.regress_shapes import QUICK, ROW_KS, ROW_TOTAL, shapes
+from bench.precompile_cuda import parse_dims
+from bench.regress_shapes import QUICK, ROW_KS, ROW_TOTAL, family_shapes, shapes
+from tuner.moe import token_counts
+from tuner.problems import ScaledGemmProblem, problem_from_dict
 
 KEY = "softmax m=2796202,k=96"
 
@@ -253,7 +260,15 @@ def test_the_shape_list_and_the_recorded_baseline() -> None:
     listed = {s.key: s for s in shapes()}
     for k in ROW_KS:
         assert f"softmax m={ROW_TOTAL // k},k={k}" in listed
-    assert {s.op for s in listed.values()} == {"softmax", "reduce", "gemm", "conv2d"}
+    assert {s.op for s in listed.values()} == {
+        "softmax",
+        "reduce",
+        "gemm",
+        "conv2d",
+        "scaled_gemm",
+        "grouped_gemm",
+    }
+    assert len(listed) == len(shapes()), "every key names one shape"
     assert set(QUICK) <= set(listed) and len(shapes(quick=True)) == len(QUICK)
     baseline = rule.load_baseline(regress.BASELINE)
     assert rule.records_for(baseline, "NVIDIA H200"), "the repo records the H200's figures"
@@ -333,3 +348,190 @@ def test_phase_tune_records_winners_defaults_and_a_failed_shape(
     )
     # past the deadline nothing is tuned
     assert regress.phase_tune(todo, "unused", deadline=0.0) == {}
+
+
+def test_the_keys_recorded_before_the_new_families_are_unchanged() -> None:
+    """A dtype in the key is for the shapes not in f16: every shape before issue 26's families
+    keeps the key its records have (the H100's cover all of them), ``op dims`` with no dtype."""
+    new = {s.key for s in family_shapes()}
+    before = [s for s in shapes() if s.key not in new]
+    records = rule.records_for(rule.load_baseline(regress.BASELINE), "NVIDIA H100 80GB HBM3")
+    assert len(before) == 50 and {s.key for s in before} <= set(records)
+    for shape in before:
+        assert shape.dtype == "f16"
+        dims = problem_from_dict(shape.op, dict(shape.problem)).key()
+        assert shape.key == f"{shape.op} {dims}"
+    assert "gemm m=2048,n=14336,k=4096" in records and "reduce m=4,k=256000,kind=sum" in records
+
+
+def test_the_new_families_come_last_with_their_dtypes_and_references() -> None:
+    listed = shapes()
+    family = family_shapes()
+    assert [s.key for s in listed[-len(family) :]] == [s.key for s in family]
+    assert not {s.key for s in family} & set(QUICK)
+    by_kind = {
+        (s.op, s.dtype, s.problem.get("epilogue"), s.problem.get("scaling")): s.reference
+        for s in family
+    }
+    assert by_kind == {
+        ("gemm", "f16", "bias_silu", None): "unfused",
+        ("conv2d", "f16", "bias_relu", None): "unfused",
+        ("scaled_gemm", "e4m3", None, "per_tensor"): "torch_scaled_mm",
+        ("scaled_gemm", "e4m3", None, "block"): "torch_scaled_mm",
+        ("grouped_gemm", "bf16", None, None): "grouped_mm",
+        ("grouped_gemm", "e4m3", None, None): "scaled_grouped_mm",
+    }
+    keys = {s.key: s for s in family}
+    assert "scaled_gemm e4m3 m=16,n=4096,k=4096,out_dtype=bf16,scaling=per_tensor" in keys
+    assert "grouped_gemm bf16 experts=8,n=4096,k=14336,tokens=16,skew=2" in keys
+    assert "grouped_gemm e4m3 experts=8,n=4096,k=14336,tokens=8192,skew=2" in keys
+    assert "gemm m=2048,n=14336,k=4096,epilogue=bias_silu" in keys  # f16: no dtype in the key
+    for shape in family:  # valid problems of their dtype, budgets within what tuning allows
+        problem_from_dict(shape.op, dict(shape.problem), shape.dtype)
+        assert 0 <= shape.precompile <= shape.max_variants <= 16
+        assert shape.max_seconds <= 15
+    # the grouped GEMMs are bench/serving_moe.py's problems, so the figures compare
+    moe = {(label["dtype"], p.key()) for label, p in serving_moe.problems()}
+    grouped = [s for s in family if s.op == "grouped_gemm"]
+    assert len(grouped) == 4
+    for shape in grouped:
+        assert (shape.dtype, problem_from_dict(shape.op, dict(shape.problem)).key()) in moe
+
+
+def test_the_new_families_budgets_fit_their_spaces_order() -> None:
+    """The head ``precompile`` counts is the space's own (candidates before any vendor
+    discovery), and a family without vendor candidates is built here whole."""
+    from tuner.engine import candidate_params
+    from tuner.spaces import cuda_grouped_gemm
+    from tuner.types import Budget, TuneRequest
+
+    for shape in family_shapes():
+        problem = problem_from_dict(shape.op, dict(shape.problem), shape.dtype)
+        request = TuneRequest(shape.op, shape.dtype, shape.layout, problem, "cuda", budget=Budget())
+        ours, _ = candidate_params(request, "sm_90", "cuda")
+        assert len(ours) >= shape.precompile, shape.key
+        assert all(p.get("library") not in ("cublaslt", "cudnn") for p in ours[: shape.precompile])
+        if shape.op == "grouped_gemm" or shape.problem.get("epilogue") == "bias_silu":
+            assert shape.precompile == shape.max_variants, shape.key
+        if shape.op == "conv2d":  # cuDNN's fused graph alone fuses a conv2d epilogue
+            assert ours == [] and shape.precompile == 0
+    assert regress_shapes.GROUPED_BUDGET == cuda_grouped_gemm._HEAD + 2
+
+
+def test_list_prints_the_new_families_precompile_commands_with_their_dtype(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert regress.main(["--list", "--only", "scaled_gemm", "grouped_gemm", "epilogue="]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    family = family_shapes()
+    assert len(lines) == len(family)
+    for line, shape in zip(lines, family, strict=True):
+        argv = shlex.split(line)
+        assert argv[argv.index("--op") + 1] == shape.op
+        assert argv[argv.index("--dtype") + 1] == shape.dtype
+        assert int(argv[argv.index("--max-variants") + 1]) == shape.precompile
+        dims = parse_dims(argv[argv.index("--problem") + 1])
+        assert problem_from_dict(shape.op, dims, shape.dtype).dims() == shape.problem
+    assert sum("--dtype e4m3" in line for line in lines) == 5
+    assert sum("--dtype bf16" in line for line in lines) == 2
+    # a fused conv2d has only cuDNN's fused-graph configs: the line builds their discovery
+    (conv,) = [line for line in lines if "--op conv2d" in line]
+    assert conv.endswith("--max-variants 0")
+
+
+def _row(shape: Any) -> dict[str, Any]:
+    return regress._row_of(shape)
+
+
+def test_each_family_is_timed_beside_its_serving_benchmarks_user_timers() -> None:
+    family = {(s.op, s.dtype, s.problem.get("scaling", "")): s for s in family_shapes()}
+    fused_gemm = regress.user_timers(_row(family["gemm", "f16", ""]))
+    assert isinstance(fused_gemm, partial) and fused_gemm.func is serving_epilogue.gemm_timers
+    assert fused_gemm.keywords == {"epilogue": "bias_silu", "timing": regress.TIMING}
+    conv = family["conv2d", "f16", ""]
+    user = regress.user_timers(_row(conv))
+    assert isinstance(user, partial) and user.func is serving_epilogue.conv_timers
+    assert user.keywords == {"problem": conv.problem, "timing": regress.TIMING}
+    for scaling in ("per_tensor", "block"):
+        user = regress.user_timers(_row(family["scaled_gemm", "e4m3", scaling]))
+        assert isinstance(user, partial) and user.func is serving_fp8.scaled_mm_timers
+        assert user.keywords["problem"] == ScaledGemmProblem(2048, 4096, 4096, "bf16", scaling)
+    grouped = {s.dtype: s for s in family_shapes() if s.op == "grouped_gemm"}
+    for dtype, timers in (("bf16", serving_moe.vendor_timers), ("e4m3", serving_moe.fp8_timers)):
+        shape = grouped[dtype]  # the last of its dtype: the prefill bucket
+        user = regress.user_timers(_row(shape))
+        assert isinstance(user, partial) and user.func is timers
+        assert user.keywords == {
+            "counts": token_counts(8, 8192, 2),
+            "timing": regress.TIMING,
+        }
+    # the ops whose reference regress.py times itself: copy, cublas, cudnn_default
+    plain = {s.op: s for s in shapes() if s.key not in {f.key for f in family_shapes()}}
+    assert {op: regress.user_timers(_row(s)) for op, s in plain.items()} == dict.fromkeys(plain)
+
+
+def test_a_row_times_its_reference_alone_and_a_missing_one_is_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def unfused() -> list[float]:
+        return [1.0]
+
+    def careful() -> list[float]:
+        return [2.0]
+
+    offered = {"unfused": unfused, "linear_then_act": careful}
+    monkeypatch.setattr(regress, "user_timers", lambda row: lambda torch, h, req: offered)
+    row = {**_row(family_shapes()[0]), "artifact": "/cache/winner.so"}
+    stand_in_torch = type("Torch", (), {"__version__": "0"})()
+    timers = regress._timers(stand_in_torch, object(), row, {}, unfused)
+    assert set(timers) == {"tunehub", "unfused"} and timers["unfused"] is unfused
+    with pytest.raises(RuntimeError, match="grouped_mm: not in this torch"):
+        regress._timers(stand_in_torch, object(), {**row, "reference": "grouped_mm"}, {}, unfused)
+
+
+def test_a_family_rows_ratio_is_the_references_time_over_tunehubs() -> None:
+    shape = [s for s in family_shapes() if s.op == "grouped_gemm" and s.dtype == "e4m3"][-1]
+    row: dict[str, Any] = {
+        **_row(shape),
+        "rounds_us": {"tunehub": [100.0, 100.0, 100.0], "scaled_grouped_mm": [110.0, 111, 112]},
+    }
+    regress.summarise(row)
+    assert row["ratio"] == pytest.approx(1.11) and row["unit"] == "TFLOP/s"
+    flops = 2.0 * 8192 * 4096 * 14336
+    assert row["figure"] == pytest.approx(flops / 100.0 / 1e6)
+
+
+def test_every_shape_has_its_own_cell_in_the_80_column_table() -> None:
+    listed = shapes()
+    cells = [rule._short(s.key) for s in listed]
+    assert len(set(cells)) == len(listed)
+    op_width, shape_width = rule._WIDTHS[:2]
+    assert all(len(op) <= op_width and len(shape) <= shape_width for op, shape in cells)
+    assert rule._short("grouped_gemm e4m3 experts=8,n=4096,k=14336,tokens=16,skew=2") == (
+        "grouped_gemm",
+        "e4m3 E8 4096x14336 t16 s2",
+    )
+    conv = "conv2d n=32,h=28,w=28,c=128,k=128,r=3,s=3,stride=1,pad=1,dilation=1,epilogue=bias_relu"
+    assert rule._short(conv) == ("conv2d", "n32 28x28 128>128 3x3 +relu")
+    results = {s.key: {"ratio": 1.2345, "noise": 0.1234, "figure": 1234.5} for s in listed}
+    table = rule.format_table(results, {}, rule.verdicts(results, {}))
+    assert all(len(line) <= 80 for line in table.splitlines()), table
+
+
+def test_phase_tune_asks_for_each_shapes_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tuner.backends.cuda as cuda
+    import tuner.engine as engine
+
+    asked: list[tuple[str, str]] = []
+
+    def stand_in_tune(request: Any, backend: Any, config: Any) -> Any:
+        asked.append((request.op, request.dtype))
+        results = [_result("winner", "tunehub")]
+        return type("Tuned", (), {"winner": results[0], "results": results})()
+
+    monkeypatch.setattr(cuda, "CudaBackend", _StandInBackend)
+    monkeypatch.setattr(engine, "tune", stand_in_tune)
+    todo = family_shapes()
+    rows = regress.phase_tune(todo, "unused", deadline=float("inf"))
+    assert asked == [(s.op, s.dtype) for s in todo]
+    assert [rows[s.key]["dtype"] for s in todo] == [s.dtype for s in todo]
