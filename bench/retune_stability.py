@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/retune_stability.py                         # CPU, 20 shapes, here
     python3 bench/retune_stability.py --backend cuda --out $OUT        # the H200 GEMM suite
+    python3 bench/retune_stability.py --backend cuda --suite families --out $OUT  # issue 26
 
 Method. Every shape is tuned twice with the engine on one backend: pass 1 over all shapes,
 then pass 2 over all shapes (minutes apart, the compile cache warm), each pass a fresh
@@ -25,9 +26,14 @@ the incumbent (the engine alone, as bench/vs_vendor_gemm.py does).
 
 Shapes: ``cpu`` 20 shapes (8 row sums, 6 softmaxes, 6 f32 GEMMs: 20 re-tunes);
 ``cuda`` the GEMM suite of bench/vs_vendor_gemm.py (Qwen2.5-7B and Mistral-7B prefill and
-decode, two odd sizes; f16 rcr). Writes ``retune-stability-<backend>.json`` and ``.md`` to
-``--out``. A benchmark, not a test: it takes minutes (CPU: about 20 s a shape at the
-defaults on 2 cores); `--deadline-s` bounds both passes (pass 1 gets half).
+decode, two odd sizes; f16 rcr), or with ``--suite families`` the shapes of issue 26's
+families that bench/regress.py checks (``bench.regress_shapes.family_shapes``: fused GEMM and
+conv2d epilogues, FP8 scaled_gemm, grouped_gemm in bf16 and e4m3), each at most its regress
+budget (so that ``python bench/regress.py --list --only epilogue= scaled_gemm grouped_gemm``
+precompiles every candidate but the vendor's). Writes
+``retune-stability-<backend>[-families].json`` and ``.md`` to ``--out``. A benchmark, not a
+test: it takes minutes (CPU: about 20 s a shape at the defaults on 2 cores); `--deadline-s`
+bounds both passes (pass 1 gets half).
 """
 
 from __future__ import annotations
@@ -45,11 +51,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tuner import winner as winner_rule  # noqa: E402
 from tuner.engine import tune  # noqa: E402
-from tuner.problems import GemmProblem, Problem, ReduceProblem, SoftmaxProblem  # noqa: E402
+from tuner.problems import (  # noqa: E402
+    GemmProblem,
+    Problem,
+    ReduceProblem,
+    SoftmaxProblem,
+    problem_from_dict,
+)
 from tuner.registry import load_backend_class  # noqa: E402
 from tuner.types import Budget, EngineConfig, ProblemResult, TuneRequest  # noqa: E402
 
-__all__ = ["main", "cpu_shapes", "cuda_shapes", "stability", "timings"]
+__all__ = ["main", "cpu_shapes", "cuda_shapes", "stability", "timings", "SUITES"]
+
+#: the CUDA suites (``--suite``)
+SUITES = ("gemm", "families")
 
 #: (op, dtype, layout, problem)
 Shape = tuple[str, str, str, Problem]
@@ -68,10 +83,35 @@ def cpu_shapes() -> list[Shape]:
     ]
 
 
-def cuda_shapes() -> list[Shape]:
+def cuda_shapes(suite: str = "gemm") -> list[Shape]:
+    """``gemm``: bench/vs_vendor_gemm.py's suite; ``families``: regress's shapes of issue 26."""
+    if suite == "families":
+        from bench.regress_shapes import family_shapes
+
+        return [
+            (s.op, s.dtype, s.layout, problem_from_dict(s.op, dict(s.problem), s.dtype))
+            for s in family_shapes()
+        ]
     from bench.vs_vendor_gemm import DTYPE, LAYOUT, model_shapes
 
     return [("gemm", DTYPE, LAYOUT, GemmProblem(s["m"], s["n"], s["k"])) for s in model_shapes()]
+
+
+def variant_caps(suite: str) -> dict[str, int]:
+    """Each shape's most variants, by ``_key`` (``families``: regress's budgets; else none)."""
+    if suite != "families":
+        return {}
+    from bench.regress_shapes import family_shapes
+
+    return {
+        _key(shape): s.max_variants
+        for s, shape in zip(family_shapes(), cuda_shapes(suite), strict=True)
+    }
+
+
+def report_stem(backend: str, suite: str) -> str:
+    """The file name (no suffix) of a run's report: the GEMM suite keeps its old name."""
+    return f"retune-stability-{backend}" + ("" if suite == "gemm" else f"-{suite}")
 
 
 def _names(result: ProblemResult) -> tuple[str | None, list[str]]:
@@ -158,7 +198,7 @@ def _key(shape: Shape) -> str:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    shapes = (cpu_shapes() if args.backend == "cpu" else cuda_shapes())[: args.shapes]
+    shapes = (cpu_shapes() if args.backend == "cpu" else cuda_shapes(args.suite))[: args.shapes]
     config = EngineConfig(
         cache_dir=args.cache_dir,
         bench_seconds=args.bench_seconds,
@@ -168,7 +208,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     # pass 1 may use half the time: pass 2 re-tunes the shapes pass 1 finished
     deadlines = (started + args.deadline_s / 2, started + args.deadline_s)
-    budget = Budget(max_variants=args.max_variants, max_seconds=args.shape_seconds)
+    caps = variant_caps(args.suite if args.backend == "cuda" else "gemm")
     passes: list[dict[str, ProblemResult]] = [{}, {}]
     try:
         device = backend.device()
@@ -185,6 +225,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 incumbents: tuple[str, ...] = ()
                 if number == 1 and first and first.winner and not args.no_incumbent:
                     incumbents = (first.winner.variant_name,)
+                most = min(args.max_variants, caps.get(_key(shape), args.max_variants))
+                budget = Budget(max_variants=most, max_seconds=args.shape_seconds)
                 request = TuneRequest(
                     op, dtype, layout, problem, args.backend, budget=budget,
                     seed=args.seed, incumbents=incumbents,
@@ -210,6 +252,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "meta": {
             "backend": args.backend,
+            "suite": args.suite,
             "device": device.key(),
             "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "command": "python3 " + " ".join(sys.argv),
@@ -231,7 +274,9 @@ def render(report: dict[str, Any]) -> str:
     stable = sum(r["stable"] for r in rows)
     low, high = report["rate_interval"]
     lines = [
-        f"# Re-tune stability: {meta['backend']} ({meta['device']}, {meta['date']})",
+        f"# Re-tune stability: {meta['backend']}"
+        + (f", {meta['suite']}" if meta.get("suite", "gemm") != "gemm" else "")
+        + f" ({meta['device']}, {meta['date']})",
         "",
         f"`{meta['command']}`",
         "",
@@ -271,6 +316,9 @@ def render(report: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument(
+        "--suite", choices=SUITES, default="gemm", help="cuda: which shapes (module doc)"
+    )
     parser.add_argument("--shapes", type=int, default=20, help="the first N shapes of the suite")
     parser.add_argument("--max-variants", type=int, default=8)
     parser.add_argument("--shape-seconds", type=float, default=None, help="time budget a shape")
@@ -283,9 +331,11 @@ def main() -> int:
     parser.add_argument("--cache-dir", default=".cache/tunehub-retune")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     args = parser.parse_args()
+    if args.backend == "cpu" and args.suite != "gemm":
+        parser.error("--suite: the cpu backend has its own shapes")
     report = run(args)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"retune-stability-{args.backend}"
+    stem = args.out / report_stem(args.backend, args.suite)
     stem.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
     stem.with_suffix(".md").write_text(render(report))
     print(render(report), flush=True)
