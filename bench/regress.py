@@ -19,7 +19,7 @@ CUDA events, median): rows beside torch (torch.softmax / torch.sum, shown) and a
 docs/benchmarks/h200*.md); GEMM beside torch.matmul (cuBLAS, the reference); conv2d beside
 cuDNN's default engine config (the first candidate of every conv2d job, the reference); the
 families of issue 26 beside the call a user makes instead, timed by the serving benchmarks'
-own timers (``user_timers``): a fused GEMM or conv2d beside the ``unfused`` pair
+own timers (bench/regress_timers.py): a fused GEMM or conv2d beside the ``unfused`` pair
 (bench/serving_epilogue.py), scaled_gemm beside ``torch_scaled_mm`` (bench/serving_fp8.py),
 grouped_gemm beside ``grouped_mm`` (bf16) or ``scaled_grouped_mm`` (e4m3)
 (bench/serving_moe.py). Each round gives a ratio; their median is the shape's ratio and half
@@ -41,16 +41,15 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import regress_rule as rule  # noqa: E402
-from bench.regress_shapes import DTYPE, Shape, precompile_commands, shapes  # noqa: E402
-from bench.vendor_common import Timer, artifact_timer, interleaved_rounds, launch_timer  # noqa: E402
+from bench.regress_shapes import Shape, precompile_commands, shapes  # noqa: E402
+from bench.regress_timers import TIMING, row_dtype, timers_for  # noqa: E402
+from bench.vendor_common import interleaved_rounds, launch_timer  # noqa: E402
 from tuner.problems import problem_from_dict  # noqa: E402
 from tuner.reference import ELEMENT_SIZE  # noqa: E402
 from tuner.stats import throughput  # noqa: E402
@@ -59,14 +58,10 @@ BASELINE = Path(__file__).resolve().parent / "regress_baseline.json"
 #: interleaved timing rounds per shape (``--quick``: QUICK_ROUNDS)
 ROUNDS = 5
 QUICK_ROUNDS = 3
-#: each label's window in a round
-TIMING = {"warmup_s": 0.02, "bench_s": 0.04, "min_samples": 10, "max_samples": 10_000}
 #: bytes the reference copy reads (and writes): far past L2, like every row shape's traffic
 COPY_BYTES = 1 << 29
 #: seconds phase 2 needs per shape (kept back from the tuning phase's share of --deadline)
 COMPARE_SECONDS = 1.8
-#: ``(torch, harness, req)`` -> labelled timers of a user's calls (a serving benchmark's)
-UserTimers = Callable[[Any, Any, dict[str, Any]], dict[str, Timer]]
 
 
 def _commit(explicit: str | None) -> str:
@@ -94,11 +89,6 @@ def _row_of(shape: Shape) -> dict[str, Any]:
         "problem": shape.problem,
         "reference": shape.reference,
     }
-
-
-def _dtype(row: dict[str, Any]) -> str:
-    """The row's dtype (a regress.json written before rows named it: ``DTYPE``)."""
-    return str(row.get("dtype") or DTYPE)
 
 
 def phase_tune(todo: list[Shape], cache_dir: str, deadline: float) -> dict[str, dict[str, Any]]:
@@ -165,86 +155,12 @@ def phase_tune(todo: list[Shape], cache_dir: str, deadline: float) -> dict[str, 
     return rows
 
 
-def _row_timers(
-    torch: Any, harness: Any, row: dict[str, Any], req: dict[str, Any], copy: Timer
-) -> dict[str, Timer]:
-    timers = {"tunehub": artifact_timer(harness, req, row["artifact"]), "copy": copy}
-    try:  # torch's op, shown beside (it comes with Triton's baselines, which need triton)
-        from bench import vendor_baselines as vb
-    except ImportError as exc:
-        row.setdefault("compare_errors", {})["torch"] = f"{type(exc).__name__}: {exc}"[:300]
-        return timers
-    work = harness.workload_for(req)
-    make = vb.softmax_baselines if row["op"] == "softmax" else vb.reduce_baselines
-    calls = [make(ins[0], out)["torch"] for ins, out in zip(work.inputs, work.outputs, strict=True)]
-
-    def torch_op(i: int, stream: int) -> None:
-        calls[i]()
-
-    timers["torch"] = launch_timer(harness, torch_op, len(calls), TIMING)
-    return timers
-
-
-def user_timers(row: dict[str, Any]) -> UserTimers | None:
-    """The serving benchmark's timers of the call a user makes instead of ``row``'s kernel
-    (their labels include the row's reference), in this script's windows (``TIMING``): a
-    fused GEMM or conv2d the unfused pair (bench/serving_epilogue.py), scaled_gemm
-    torch._scaled_mm (bench/serving_fp8.py), grouped_gemm torch._grouped_mm (bf16) or
-    torch._scaled_grouped_mm (e4m3) on the bucket's token counts (bench/serving_moe.py).
-    None for the ops whose reference this script times itself (copy, cublas, cudnn_default)."""
-    op, problem = row["op"], row["problem"]
-    if op in ("gemm", "conv2d") and "epilogue" in problem:  # an unfused problem names none
-        from bench import serving_epilogue
-
-        if op == "gemm":
-            return partial(
-                serving_epilogue.gemm_timers, epilogue=problem["epilogue"], timing=TIMING
-            )
-        return partial(serving_epilogue.conv_timers, problem=problem, timing=TIMING)
-    if op == "scaled_gemm":
-        from bench import serving_fp8
-        from tuner.problems import ScaledGemmProblem
-
-        scaled = ScaledGemmProblem(**problem)
-        return partial(serving_fp8.scaled_mm_timers, problem=scaled, timing=TIMING)
-    if op == "grouped_gemm":
-        from bench import serving_moe
-        from tuner.moe import token_counts
-
-        counts = token_counts(problem["experts"], problem["tokens"], problem.get("skew", 1))
-        make = serving_moe.fp8_timers if _dtype(row) == "e4m3" else serving_moe.vendor_timers
-        return partial(make, counts=counts, timing=TIMING)
-    return None
-
-
-def _timers(
-    torch: Any, harness: Any, row: dict[str, Any], req: dict[str, Any], copy: Timer
-) -> dict[str, Timer]:
-    """The labels timed for one row: ``tunehub``, its reference and (rows) torch."""
-    if row["op"] in ("softmax", "reduce"):
-        return _row_timers(torch, harness, row, req, copy)
-    timers = {"tunehub": artifact_timer(harness, req, row["artifact"])}
-    make = user_timers(row)
-    if make is not None:  # the reference alone: the other calls of the benchmark cost time
-        theirs = make(torch, harness, req)
-        if row["reference"] not in theirs:  # e.g. a torch without torch._grouped_mm
-            raise RuntimeError(f"{row['reference']}: not in this torch {torch.__version__}")
-        timers[row["reference"]] = theirs[row["reference"]]
-    elif row["op"] == "gemm":
-        from bench.vs_vendor_gemm import matmul_timer
-
-        timers["cublas"] = matmul_timer(torch, harness, req, TIMING)
-    elif row.get("vendor_default_artifact"):
-        timers["cudnn_default"] = artifact_timer(harness, req, row["vendor_default_artifact"])
-    return timers
-
-
 def _figure(row: dict[str, Any], label: str, us: float) -> float:
     """GB/s (rows; the copy: bytes read + written) or TFLOP/s of one label's time."""
     if label == "copy":
         return 2.0 * COPY_BYTES / us / 1e3
     problem = problem_from_dict(row["op"], dict(row["problem"]))
-    value, _ = throughput(problem, ELEMENT_SIZE[_dtype(row)], us)
+    value, _ = throughput(problem, ELEMENT_SIZE[row_dtype(row)], us)
     return float(value or 0.0)
 
 
@@ -306,7 +222,7 @@ def phase_compare(rows: dict[str, dict[str, Any]], deadline: float, rounds: int)
         req = {
             "cmd": "run",
             "op": row["op"],
-            "dtype": _dtype(row),
+            "dtype": row_dtype(row),
             "layout": row["layout"],
             "problem": row["problem"],
             "seed": 0,
@@ -314,7 +230,7 @@ def phase_compare(rows: dict[str, dict[str, Any]], deadline: float, rounds: int)
             "abort_us": None,
         }
         try:
-            timers = _timers(torch, harness, row, req, copy)
+            timers = timers_for(torch, harness, row, req, copy)
             row["rounds_us"] = interleaved_rounds(timers, row, rounds)
             torch.cuda.synchronize()
         except Exception as exc:  # this shape is lost (reported); the others go on

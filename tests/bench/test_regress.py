@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from bench import regress, regress_shapes, serving_epilogue, serving_fp8, serving_moe
+from bench import (
+    regress,
+    regress_shapes,
+    regress_timers,
+    serving_epilogue,
+    serving_fp8,
+    serving_moe,
+)
 from bench import regress_rule as rule
 from bench.precompile_cuda import parse_dims
 from bench.regress_shapes import QUICK, ROW_KS, ROW_TOTAL, family_shapes, shapes
@@ -445,29 +452,31 @@ def _row(shape: Any) -> dict[str, Any]:
 
 def test_each_family_is_timed_beside_its_serving_benchmarks_user_timers() -> None:
     family = {(s.op, s.dtype, s.problem.get("scaling", "")): s for s in family_shapes()}
-    fused_gemm = regress.user_timers(_row(family["gemm", "f16", ""]))
+    fused_gemm = regress_timers.user_timers(_row(family["gemm", "f16", ""]))
     assert isinstance(fused_gemm, partial) and fused_gemm.func is serving_epilogue.gemm_timers
-    assert fused_gemm.keywords == {"epilogue": "bias_silu", "timing": regress.TIMING}
+    assert fused_gemm.keywords == {"epilogue": "bias_silu", "timing": regress_timers.TIMING}
     conv = family["conv2d", "f16", ""]
-    user = regress.user_timers(_row(conv))
+    user = regress_timers.user_timers(_row(conv))
     assert isinstance(user, partial) and user.func is serving_epilogue.conv_timers
-    assert user.keywords == {"problem": conv.problem, "timing": regress.TIMING}
+    assert user.keywords == {"problem": conv.problem, "timing": regress_timers.TIMING}
     for scaling in ("per_tensor", "block"):
-        user = regress.user_timers(_row(family["scaled_gemm", "e4m3", scaling]))
+        user = regress_timers.user_timers(_row(family["scaled_gemm", "e4m3", scaling]))
         assert isinstance(user, partial) and user.func is serving_fp8.scaled_mm_timers
         assert user.keywords["problem"] == ScaledGemmProblem(2048, 4096, 4096, "bf16", scaling)
     grouped = {s.dtype: s for s in family_shapes() if s.op == "grouped_gemm"}
     for dtype, timers in (("bf16", serving_moe.vendor_timers), ("e4m3", serving_moe.fp8_timers)):
         shape = grouped[dtype]  # the last of its dtype: the prefill bucket
-        user = regress.user_timers(_row(shape))
+        user = regress_timers.user_timers(_row(shape))
         assert isinstance(user, partial) and user.func is timers
         assert user.keywords == {
             "counts": token_counts(8, 8192, 2),
-            "timing": regress.TIMING,
+            "timing": regress_timers.TIMING,
         }
     # the ops whose reference regress.py times itself: copy, cublas, cudnn_default
     plain = {s.op: s for s in shapes() if s.key not in {f.key for f in family_shapes()}}
-    assert {op: regress.user_timers(_row(s)) for op, s in plain.items()} == dict.fromkeys(plain)
+    assert {op: regress_timers.user_timers(_row(s)) for op, s in plain.items()} == dict.fromkeys(
+        plain
+    )
 
 
 def test_a_row_times_its_reference_alone_and_a_missing_one_is_an_error(
@@ -480,13 +489,15 @@ def test_a_row_times_its_reference_alone_and_a_missing_one_is_an_error(
         return [2.0]
 
     offered = {"unfused": unfused, "linear_then_act": careful}
-    monkeypatch.setattr(regress, "user_timers", lambda row: lambda torch, h, req: offered)
+    monkeypatch.setattr(regress_timers, "user_timers", lambda row: lambda torch, h, req: offered)
     row = {**_row(family_shapes()[0]), "artifact": "/cache/winner.so"}
     stand_in_torch = type("Torch", (), {"__version__": "0"})()
-    timers = regress._timers(stand_in_torch, object(), row, {}, unfused)
+    timers = regress_timers.timers_for(stand_in_torch, object(), row, {}, unfused)
     assert set(timers) == {"tunehub", "unfused"} and timers["unfused"] is unfused
     with pytest.raises(RuntimeError, match="grouped_mm: not in this torch"):
-        regress._timers(stand_in_torch, object(), {**row, "reference": "grouped_mm"}, {}, unfused)
+        regress_timers.timers_for(
+            stand_in_torch, object(), {**row, "reference": "grouped_mm"}, {}, unfused
+        )
 
 
 def test_a_family_rows_ratio_is_the_references_time_over_tunehubs() -> None:
