@@ -197,9 +197,10 @@ def phase_compare(rows: dict[str, dict[str, Any]], deadline: float, rounds: int)
     from tuner.backends.cuda_harness import Harness, probe
 
     harness = Harness(probe())
-    # the unfused conv2d reference: the user's best cuDNN algorithm, not its default, as in
-    # bench/serving_epilogue.py (the plain conv2d rows' reference is a cuDNN build of ours)
-    torch.backends.cudnn.benchmark = True
+    if any(r["op"] == "conv2d" and "epilogue" in r["problem"] for r in rows.values()):
+        # the unfused conv2d reference: the user's best cuDNN algorithm, not its default, as
+        # bench/serving_epilogue.py times it (a plain conv2d's reference is a build of ours)
+        torch.backends.cudnn.benchmark = True
     src = torch.rand(COPY_BYTES // 2, device="cuda").to(torch.float16)
     dst = torch.empty_like(src)
 
