@@ -14,6 +14,9 @@ and the kernel ABI takes the counts as host dims (``[E, n, k, tokens, skew, m_0,
 each call copies ``offs`` to the host and waits for it. A CUDA graph cannot hold that: under
 capture the op does not run tunehub's kernel (said once, as unsupported) and captures
 ``torch._grouped_mm`` instead.
+
+:func:`run_grouped` (the bucket, the per-call counts, the launch) and :func:`check_grouped_mm`
+serve ``tunehub::scaled_grouped_mm`` too (FP8, :mod:`._torch_grouped_fp8`).
 """
 
 from __future__ import annotations
@@ -25,13 +28,23 @@ import torch
 from service.integrations._torch_ops import Definition, kernel_entry, ready, register
 from service.integrations._torch_runtime import RUNTIME
 
-__all__ = ["SKEWS", "bucket_of", "check_grouped_mm", "grouped_mm_kernel", "grouped_mm_fallback"]
+__all__ = [
+    "SKEWS",
+    "bucket_of",
+    "check_grouped_mm",
+    "grouped_mm_kernel",
+    "grouped_mm_fallback",
+    "run_grouped",
+    "note_unsupported",
+]
 
 #: the skew buckets (tuner.moe.SKEWS; a test checks they agree)
 SKEWS = (1, 2, 4, 8)
-CAPTURE = (
-    "CUDA graph capture (grouped_mm copies offs to the host and waits for it, which a graph "
-    "cannot hold): torch._grouped_mm is captured instead"
+#: FP8 e4m3: scaled_grouped_mm's operands (None in a torch without it)
+_FP8 = getattr(torch, "float8_e4m3fn", None)
+_CAPTURE = (
+    "CUDA graph capture (tunehub's grouped ops copy offs to the host and wait for it, which a "
+    "graph cannot hold): {vendor} is captured instead"
 )
 
 
@@ -45,11 +58,14 @@ def bucket_of(counts: Sequence[int]) -> tuple[int, int]:
     return 1 << (total - 1).bit_length(), bucket
 
 
-def check_grouped_mm(a: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> None:
-    """ValueError for operands no grouped mm takes (torch's either)."""
+def check_grouped_mm(
+    a: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor, op: str = "grouped_mm"
+) -> None:
+    """ValueError for operands no grouped mm takes (torch's either); ``op`` names the op
+    in the message (``scaled_grouped_mm`` checks its a, weight and offs here too)."""
     if a.dim() != 2 or weight.dim() != 3 or a.shape[1] != weight.shape[2]:
         raise ValueError(
-            f"grouped_mm takes a [tokens, k] and weight [experts, n, k], got {tuple(a.shape)} "
+            f"{op} takes a [tokens, k] and weight [experts, n, k], got {tuple(a.shape)} "
             f"and {tuple(weight.shape)}"
         )
     if offs.dim() != 1 or offs.shape[0] != weight.shape[0] or offs.dtype != torch.int32:
@@ -65,22 +81,36 @@ def grouped_mm_fallback(a: torch.Tensor, weight: torch.Tensor, offs: torch.Tenso
 
 def grouped_mm_kernel(a: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     check_grouped_mm(a, weight, offs)
-    out = _tuned(a, weight, offs)
+    if a.dtype == _FP8:
+        note_unsupported(a, "float8_e4m3fn operands (FP8 takes scales: scaled_grouped_mm)")
+        out = None
+    else:
+        out = run_grouped(a, weight, offs, (), a.dtype, "torch._grouped_mm")
     return out if out is not None else grouped_mm_fallback(a, weight, offs).contiguous()
 
 
-def _unsupported(a: torch.Tensor, why: str) -> None:
+def note_unsupported(a: torch.Tensor, why: str) -> None:
     """Say (once per shape) why torch's op runs for this call."""
     RUNTIME.note_unsupported("grouped_gemm", a, "rcr", why)
 
 
-def _tuned(a: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor | None:
-    """The tuned kernel's output for this call, or None where torch's op must run."""
+def run_grouped(
+    a: torch.Tensor,
+    weight: torch.Tensor,
+    offs: torch.Tensor,
+    scales: Sequence[torch.Tensor],
+    out_dtype: torch.dtype,
+    vendor: str,
+) -> torch.Tensor | None:
+    """The tuned kernel's output [tokens, n] in ``out_dtype`` for this call (inputs ``a,
+    weight, *scales``), or None where torch's op (``vendor``, named when capture makes it
+    run) must run. The shape key is the bucket of this call's counts; the launch adds them."""
     if a.is_cuda and torch.cuda.is_current_stream_capturing():
-        _unsupported(a, CAPTURE)
+        note_unsupported(a, _CAPTURE.format(vendor=vendor))
         return None
-    if weight.dtype != a.dtype or len({a.device, weight.device, offs.device}) != 1:
-        _unsupported(a, "operands of different dtypes or devices")
+    operands = (a, weight, offs, *scales)
+    if weight.dtype != a.dtype or len({t.device for t in operands}) != 1:
+        note_unsupported(a, "operands of different dtypes or devices")
         return None
     rows, k = a.shape
     experts, n, _ = weight.shape
@@ -88,7 +118,7 @@ def _tuned(a: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.T
     counts = [end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)]
     total = ends[-1] if ends else 0
     if total < 1 or total > rows or min(counts) < 0:
-        _unsupported(a, f"offs {ends[:8]}{'...' if len(ends) > 8 else ''} for {rows} rows")
+        note_unsupported(a, f"offs {ends[:8]}{'...' if len(ends) > 8 else ''} for {rows} rows")
         return None
     bucket = (experts, n, k, *bucket_of(counts))
     run_dims = [*bucket, *counts]
@@ -96,8 +126,9 @@ def _tuned(a: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.T
     if entry is None:
         return None
     if entry.library is not None:
-        out = torch.empty((rows, n), dtype=a.dtype, device=a.device)
-        if entry.launch((ready(a), ready(weight)), out, run_dims):
+        out = torch.empty((rows, n), dtype=out_dtype, device=a.device)
+        inputs = (ready(a), ready(weight), *(ready(s) for s in scales))
+        if entry.launch(inputs, out, run_dims):
             if total < rows:
                 out[total:].zero_()  # rows past the last expert's: not written
             return out
