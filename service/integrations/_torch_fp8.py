@@ -29,6 +29,7 @@ from service.integrations._torch_runtime import DTYPES, RUNTIME, SCALED_OUT_CODE
 __all__ = [
     "OUT_DTYPES",
     "check_scaled_mm",
+    "first_refusal",
     "scaled_mm_kernel",
     "scaled_mm_fallback",
     "scaled_mm_reference",
@@ -103,6 +104,15 @@ def _unsupported(
     return None
 
 
+def first_refusal(said: tuple[object, ...]) -> bool:
+    """Whether torch's refusal ``said`` (the call's shapes and what torch said) is new: the
+    FP8 ops warn once per such refusal before running the dequantized product."""
+    if said in _REFUSED:
+        return False
+    _REFUSED.add(said)
+    return True
+
+
 def scaled_mm_reference(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -137,8 +147,7 @@ def scaled_mm_fallback(
         return torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)
     except (RuntimeError, ValueError, NotImplementedError) as exc:  # torch says why
         said = (tuple(a.shape), tuple(b.shape), a.device, out_dtype, scaling, str(exc)[:200])
-        if said not in _REFUSED:
-            _REFUSED.add(said)
+        if first_refusal(said):
             log.warning(
                 "torch._scaled_mm refused %s scaled_mm m=%d,n=%d,k=%d on %s (%s); running the "
                 "dequantized float32 product",
