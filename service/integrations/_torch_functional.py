@@ -1,8 +1,9 @@
-"""The ops as functions (``linear``, ``matmul``, ``scaled_mm``, ``grouped_mm``, ``softmax``,
-``sum``, ``rms_norm``, ``conv2d``), re-exported by :mod:`service.integrations.torch`. Each
-call takes one of three paths: torch's own op where tunehub has no kernel for it (autograd, a
-dim other than the last, ...; said once per shape), the ``torch.ops.tunehub`` custom op while
-``torch.compile`` traces, else the custom op's real kernel called directly (eager)."""
+"""The ops as functions (``linear``, ``matmul``, ``scaled_mm``, ``grouped_mm``,
+``scaled_grouped_mm``, ``softmax``, ``sum``, ``rms_norm``, ``conv2d``), re-exported by
+:mod:`service.integrations.torch`. Each call takes one of three paths: torch's own op where
+tunehub has no kernel for it (autograd, a dim other than the last, ...; said once per shape),
+the ``torch.ops.tunehub`` custom op while ``torch.compile`` traces, else the custom op's real
+kernel called directly (eager)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 
 from service.integrations import _torch_fp8 as _fp8
 from service.integrations import _torch_grouped as _grouped
+from service.integrations import _torch_grouped_fp8 as _grouped_fp8
 from service.integrations import _torch_ops as _ops
 from service.integrations._torch_runtime import RUNTIME, SCALING_CODES
 
@@ -23,6 +25,7 @@ __all__ = [
     "scaled_mm",
     "SCALINGS",
     "grouped_mm",
+    "scaled_grouped_mm",
     "softmax",
     "sum",
     "rms_norm",
@@ -149,6 +152,30 @@ def grouped_mm(a: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> tor
     if torch.compiler.is_compiling():
         return torch.ops.tunehub.grouped_mm(a, weight, offs)
     return _grouped.grouped_mm_kernel(a, weight, offs)
+
+
+def scaled_grouped_mm(
+    a: torch.Tensor,
+    weight: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    offs: torch.Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """FP8 mixture-of-experts grouped GEMM with rowwise scales: for each expert ``e``, the rows
+    ``i`` of ``a[offs[e-1]:offs[e]]`` give ``(scale_a[i] * a[i]) @ (scale_b[e] * weight[e]).T``
+    in ``out_dtype``, through a tuned ``grouped_gemm`` e4m3 kernel (CUDA; bfloat16 out).
+
+    ``torch._scaled_grouped_mm``'s operands with :func:`grouped_mm`'s weight: ``a`` [tokens, k]
+    and ``weight`` [E, n, k] float8_e4m3fn (each expert's as ``nn.Linear`` stores it), float32
+    ``scale_a`` [tokens] and ``scale_b`` [E, n], ``offs`` int32 [E] cumulative. Keyed by the
+    bucket and synchronising as :func:`grouped_mm` does. Fallback ``torch._scaled_grouped_mm(a,
+    weight.transpose(-2, -1), scale_a, scale_b, offs=offs, out_dtype=out_dtype)`` (where it
+    refuses, e.g. on the CPU, the dequantized float32 product). Bad dtypes, shapes, scales or
+    offs are a ValueError naming the argument."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tunehub.scaled_grouped_mm(a, weight, scale_a, scale_b, offs, out_dtype)
+    return _grouped_fp8.scaled_grouped_mm_kernel(a, weight, scale_a, scale_b, offs, out_dtype)
 
 
 def _last_dim(x: torch.Tensor, dim: int) -> bool:

@@ -48,9 +48,9 @@ _SIZE_DIMS = {"gemm": 3, "reduce": 2, "softmax": 2, "rms_norm": 2, "conv2d": 7, 
               "grouped_gemm": 5}  # fmt: skip
 #: ops whose tuned kernels exist for CUDA tensors only (their spaces have no CPU family)
 CUDA_ONLY = {"scaled_gemm", "grouped_gemm"}
-#: the dtypes of ops that do not take f16, bf16 and f32 (tuner.problems.OP_DTYPES; grouped_mm
-#: has no FP8 op yet: grouped_gemm e4m3 needs the two scales, a scaled_grouped_mm op's operands)
-_OP_DTYPES = {"scaled_gemm": ("e4m3",), "grouped_gemm": ("f16", "bf16")}
+#: the dtypes of ops that do not take f16, bf16 and f32 (tuner.problems.OP_DTYPES; grouped_gemm
+#: e4m3 is scaled_grouped_mm's, with its two scales: grouped_mm refuses FP8 itself)
+_OP_DTYPES = {"scaled_gemm": ("e4m3",), "grouped_gemm": ("f16", "bf16", "e4m3")}
 #: float32 +inf: eps bit patterns from here up are refused (as the kernels refuse them)
 _INFINITY_BITS = 0x7F800000
 
@@ -199,9 +199,9 @@ def _fused_linear(epilogue: str) -> tuple[Callable[..., torch.Tensor], Callable[
     return real, fake
 
 
-# grouped_mm (issue 26, items 2 and 4) is in _torch_grouped.py: its shape key is the token bucket
-# (E, n, k, tokens, skew) and the kernel's dims add the tokens per expert each call (Entry.launch's
-# ``dims``), which it copies to the host, so it is not capturable (docs/grouped_gemm.md).
+# grouped_mm and scaled_grouped_mm (issue 26) are in _torch_grouped.py and _torch_grouped_fp8.py:
+# keyed by the token bucket (E, n, k, tokens, skew), their kernel dims add the tokens per expert
+# each call (Entry.launch's ``dims``), copied to the host: not capturable (docs/grouped_gemm.md).
 
 
 def matmul_kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,9 @@ fullgraph=True)`` traces them and CUDA graph capture records their launches):
 - ``grouped_mm(a, weight, offs)``: mixture-of-experts grouped GEMM (``torch._grouped_mm``'s
   meaning, weight [E, n, k]), keyed by the token bucket, CUDA only; it copies ``offs`` to the
   host (a sync), so under CUDA graph capture it runs ``torch._grouped_mm`` instead;
+- ``scaled_grouped_mm(a, weight, scale_a, scale_b, offs, out_dtype=torch.bfloat16)``: its FP8
+  (e4m3) twin with rowwise scales (``torch._scaled_grouped_mm``'s operands, weight [E, n, k]
+  as for grouped_mm), the e4m3 ``grouped_gemm`` bucket, bf16 out tuned, CUDA only;
 - ``softmax(x, dim=-1)``, ``sum(x, dim=-1, keepdim=False)``: over the last dim;
 - ``rms_norm(x, weight, eps=1e-6)``: y = w * x * rsqrt(mean(x^2) + eps), f32 statistics;
 - ``conv2d(x, weight, stride=1, padding=0, dilation=1, *, bias=None, groups=1)``: x and
@@ -63,6 +66,7 @@ from service.integrations._torch_functional import (
     matmul,
     rms_norm,
     rms_norm_reference,
+    scaled_grouped_mm,
     scaled_mm,
     softmax,
     sum,
@@ -99,6 +103,7 @@ __all__ = [
     "scaled_mm",
     "SCALINGS",
     "grouped_mm",
+    "scaled_grouped_mm",
     "softmax",
     "sum",
     "rms_norm",

@@ -83,7 +83,7 @@ def test_cpu_tensors_run_torch_grouped_mm_said_once(
         torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
     said = [r.getMessage() for r in caplog.records if r.name == RUNTIME_LOG]
     assert len(said) == 2
-    assert "(tunehub's grouped_gemm kernels take float16, bfloat16)" in said[0]
+    assert "(tunehub's grouped_gemm kernels take float16, bfloat16, float8_e4m3fn)" in said[0]
     assert "cpu tensors (grouped_gemm has CUDA kernels only)" in said[1]
     assert tunehub_torch.stats().ops["grouped_gemm"].reasons == {"unsupported": 4}
     assert client.best_calls == 0

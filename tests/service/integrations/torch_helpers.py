@@ -90,6 +90,8 @@ class FakeArtifactClient:
         self.files: dict[str, Path] = {}
         self.down = False
         self.best_calls = 0
+        #: every query best() got (its dtype is not part of the answers' key)
+        self.asked: list[ConfigQuery] = []
         self.fetches = 0
         self.corrupt = False
 
@@ -107,6 +109,7 @@ class FakeArtifactClient:
 
     def best(self, query: ConfigQuery) -> Cached[Any]:
         self.best_calls += 1
+        self.asked.append(query)
         if self.down:
             raise ConnectionFailed("http://fake", "down")
         found = self.answers.get(_key(query))

@@ -15,6 +15,8 @@
 // FIXTURE_GROUPED_GEMM takes the grouped_gemm ABI (tuner/abi.py) in bf16: a [rows, k] stacked
 // by expert, w [E, n, k], dims [E, n, k, tokens, skew, m_0, ..., m_{E-1}]; it refuses counts
 // summing past tokens (3) and, with -DFIXTURE_MAX_PER_EXPERT=N, an expert of more than N (4).
+// With -DFIXTURE_GROUPED_FP8 it takes grouped_gemm e4m3 (tuner/fp8_grouped.py): a and w e4m3
+// bytes, then a_scale f32 [rows] and b_scale f32 [E, n]; the output bf16.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -119,7 +121,7 @@ static uint16_t to_bf16(float value) {  // round to nearest even
 }
 #endif
 
-#ifdef FIXTURE_SCALED_GEMM
+#if defined(FIXTURE_SCALED_GEMM) || defined(FIXTURE_GROUPED_FP8)
 static float e4m3(uint8_t code) {  // float8_e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits
   int exponent = (code >> 3) & 0xF, mantissa = code & 0x7;
   if ((code & 0x7F) == 0x7F) return NAN;
@@ -226,16 +228,29 @@ EXPORT int tunehub_run(const void* const* inputs, void* output, const int64_t* d
 #elif defined(FIXTURE_GROUPED_GEMM)
   (void)x;
   (void)y;
+#ifdef FIXTURE_GROUPED_FP8
+  const uint8_t* ga = static_cast<const uint8_t*>(inputs[0]);
+  const uint8_t* gw = static_cast<const uint8_t*>(inputs[1]);
+  const float* gsa = static_cast<const float*>(inputs[2]);
+  const float* gsb = static_cast<const float*>(inputs[3]);
+  auto value_a = [&](int64_t i) { return (double)e4m3(ga[i]); };
+  auto value_w = [&](int64_t i) { return (double)e4m3(gw[i]); };
+#else
   const uint16_t* ga = static_cast<const uint16_t*>(inputs[0]);
   const uint16_t* gw = static_cast<const uint16_t*>(inputs[1]);
+  auto value_a = [&](int64_t i) { return (double)bf16_value(ga[i]); };
+  auto value_w = [&](int64_t i) { return (double)bf16_value(gw[i]); };
+#endif
   uint16_t* gd = static_cast<uint16_t*>(output);
   int64_t experts = dims[0], n = dims[1], k = dims[2], row = 0;
   for (int64_t e = 0; e < experts; ++e)
     for (int64_t t = 0; t < dims[5 + e]; ++t, ++row)
       for (int64_t j = 0; j < n; ++j) {
         double acc = 0.0;
-        for (int64_t p = 0; p < k; ++p)
-          acc += (double)bf16_value(ga[row * k + p]) * bf16_value(gw[(e * n + j) * k + p]);
+        for (int64_t p = 0; p < k; ++p) acc += value_a(row * k + p) * value_w((e * n + j) * k + p);
+#ifdef FIXTURE_GROUPED_FP8
+        acc *= (double)gsa[row] * gsb[e * n + j];
+#endif
         gd[row * n + j] = to_bf16((float)acc);
       }
 #elif defined(FIXTURE_CONV2D)
