@@ -1,5 +1,6 @@
 """Fixtures of the PyTorch op tests (test_torch_*.py): a folder for the compiled ABI test
-libraries, and the op library configured with an in-memory artifact client (a test double)."""
+libraries, the op library configured with an in-memory artifact client (a test double), and
+the test setting that lets CPU fixtures stand in for CUDA-only artifacts."""
 
 from __future__ import annotations
 
@@ -26,3 +27,12 @@ def client(tmp_path: Path) -> Iterator[FakeArtifactClient]:
     tunehub_torch.configure(client=fake, cache_dir=tmp_path / "cache", load="artifact")
     yield fake
     tunehub_torch.reset(configuration=True)
+
+
+@pytest.fixture
+def cpu_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Test setting: the CUDA-only ops (scaled_gemm, grouped_gemm) resolve and launch for CPU
+    tensors, so a CPU ABI fixture stands in for a CUDA artifact."""
+    from service.integrations import _torch_ops  # only the torch op tests ask for this
+
+    monkeypatch.setattr(_torch_ops, "CUDA_ONLY", set())

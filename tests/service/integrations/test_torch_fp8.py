@@ -19,7 +19,6 @@ if not hasattr(torch, "float8_e4m3fn"):
 
 import service.integrations.torch as tunehub_torch  # noqa: E402
 from service.cli.tune_file import read_shapes  # noqa: E402
-from service.integrations import _torch_ops  # noqa: E402
 from service.integrations._torch_device import cpu_device_key  # noqa: E402
 from service.integrations._torch_runtime import (  # noqa: E402
     SCALED_OUT_CODES,
@@ -42,13 +41,6 @@ FP8 = torch.float8_e4m3fn
 RUNTIME_LOG = "service.integrations._torch_runtime"
 FP8_LOG = "service.integrations._torch_fp8"
 M, N, K = 8, 256, 256
-
-
-@pytest.fixture
-def cpu_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Test setting: scaled_gemm resolves and launches for CPU tensors, so the CPU fixture
-    stands in for a CUDA artifact."""
-    monkeypatch.setattr(_torch_ops, "CUDA_ONLY", set())
 
 
 def quantized(scaling: str, m: int = M, seed: int = 0) -> tuple[torch.Tensor, ...]:

@@ -19,7 +19,7 @@ if not hasattr(torch, "_grouped_mm"):
 
 import service.integrations.torch as tunehub_torch  # noqa: E402
 from service.cli.tune_file import read_shapes  # noqa: E402
-from service.integrations import _torch_grouped, _torch_ops  # noqa: E402
+from service.integrations import _torch_grouped  # noqa: E402
 from service.integrations._torch_device import cpu_device_key  # noqa: E402
 from tests.service.integrations.torch_helpers import (  # noqa: E402
     FakeArtifactClient,
@@ -35,13 +35,6 @@ E, N, K = 4, 16, 32
 #: two batches of one bucket (tokens 16, skew 2) and one of another (tokens 8)
 COUNTS = ([3, 8, 1, 4], [5, 2, 6, 3], [2, 2, 2, 1])
 BUCKET = {"experts": E, "n": N, "k": K, "tokens": 16, "skew": 2}
-
-
-@pytest.fixture
-def cpu_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Test setting: grouped_gemm resolves and launches for CPU tensors, so the CPU fixture
-    stands in for a CUDA artifact."""
-    monkeypatch.setattr(_torch_ops, "CUDA_ONLY", set())
 
 
 def operands(counts: list[int], dtype: torch.dtype = torch.bfloat16, rows: int | None = None):  # type: ignore[no-untyped-def]
