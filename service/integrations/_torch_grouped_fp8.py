@@ -34,7 +34,6 @@ __all__ = [
     "OUT_DTYPE",
     "check_scaled_grouped_mm",
     "scaled_grouped_mm_kernel",
-    "scaled_grouped_mm_fallback",
     "scaled_grouped_mm_reference",
 ]
 
@@ -92,32 +91,6 @@ def scaled_grouped_mm_reference(
     return out.to(out_dtype)
 
 
-def scaled_grouped_mm_fallback(
-    a: torch.Tensor,
-    weight: torch.Tensor,
-    scale_a: torch.Tensor,
-    scale_b: torch.Tensor,
-    offs: torch.Tensor,
-    out_dtype: torch.dtype,
-) -> torch.Tensor:
-    """``torch._scaled_grouped_mm(a, weight.transpose(-2, -1), scale_a, scale_b, offs=offs,
-    out_dtype=out_dtype)``; where this torch refuses the call (no CPU kernel, an older GPU) the
-    dequantized float32 product runs instead, said once per shape."""
-    try:
-        return torch._scaled_grouped_mm(
-            a, weight.transpose(-2, -1), scale_a, scale_b, offs=offs, out_dtype=out_dtype
-        )
-    except (RuntimeError, ValueError, NotImplementedError) as exc:  # torch says why
-        said = (_OP, tuple(a.shape), tuple(weight.shape), a.device, out_dtype, str(exc)[:200])
-        if first_refusal(said):
-            log.warning(
-                "torch._scaled_grouped_mm refused scaled_grouped_mm experts=%d,n=%d,k=%d on %s "
-                "(%s); running the dequantized float32 product",
-                weight.shape[0], weight.shape[1], a.shape[1], a.device, _first_sentence(exc),
-            )  # fmt: skip
-        return scaled_grouped_mm_reference(a, weight, scale_a, scale_b, offs, out_dtype)
-
-
 def _first_sentence(exc: Exception) -> str:
     """What torch said, up to its first sentence's end (its dispatcher lists every backend)."""
     return str(exc).splitlines()[0].split(". ")[0] if str(exc) else type(exc).__name__
@@ -141,6 +114,9 @@ def scaled_grouped_mm_kernel(
     offs: torch.Tensor,
     out_dtype: torch.dtype,
 ) -> torch.Tensor:
+    """The tuned kernel's output, else ``torch._scaled_grouped_mm``'s, else (where torch
+    refuses: no CPU kernel, an older GPU) the dequantized float32 product, said once per
+    shape."""
     check_scaled_grouped_mm(a, weight, scale_a, scale_b, offs)
     why = _unsupported(weight, out_dtype)
     if why is not None:
@@ -151,7 +127,19 @@ def scaled_grouped_mm_kernel(
         out = run_grouped(a, weight, offs, (scale_a, scale_b), out_dtype, vendor)
     if out is not None:
         return out
-    return scaled_grouped_mm_fallback(a, weight, scale_a, scale_b, offs, out_dtype).contiguous()
+    try:  # the fallback (module docstring)
+        w_t = weight.transpose(-2, -1)
+        out = torch._scaled_grouped_mm(a, w_t, scale_a, scale_b, offs=offs, out_dtype=out_dtype)
+        return out.contiguous()
+    except (RuntimeError, ValueError, NotImplementedError) as exc:  # torch says why
+        said = (_OP, tuple(a.shape), tuple(weight.shape), a.device, out_dtype, str(exc)[:200])
+        if first_refusal(said):
+            log.warning(
+                "torch._scaled_grouped_mm refused scaled_grouped_mm experts=%d,n=%d,k=%d on %s "
+                "(%s); running the dequantized float32 product",
+                weight.shape[0], weight.shape[1], a.shape[1], a.device, _first_sentence(exc),
+            )  # fmt: skip
+        return scaled_grouped_mm_reference(a, weight, scale_a, scale_b, offs, out_dtype)
 
 
 def _scaled_grouped_mm_fake(

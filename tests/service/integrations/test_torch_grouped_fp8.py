@@ -22,6 +22,7 @@ import service.integrations.torch as tunehub_torch  # noqa: E402
 from service.cli.tune_file import read_shapes  # noqa: E402
 from service.integrations import _torch_grouped_fp8  # noqa: E402
 from service.integrations._torch_device import cpu_device_key  # noqa: E402
+from service.integrations._torch_runtime import DTYPE_NAMES  # noqa: E402
 from tests.service.integrations.torch_helpers import (  # noqa: E402
     FakeArtifactClient,
     build_fixture,
@@ -84,7 +85,7 @@ def said(caplog: pytest.LogCaptureFixture, logger: str) -> list[str]:
 
 
 def test_kernel_rules_agree_with_tuner() -> None:
-    assert str(_torch_grouped_fp8.OUT_DTYPE) == "torch.bfloat16" and GROUPED_FP8_OUT_DTYPE == "bf16"
+    assert DTYPE_NAMES[_torch_grouped_fp8.OUT_DTYPE] == GROUPED_FP8_OUT_DTYPE
     assert _torch_grouped_fp8._ALIGN == FP8_K_ALIGN
 
 
