@@ -199,9 +199,8 @@ def _fused_linear(epilogue: str) -> tuple[Callable[..., torch.Tensor], Callable[
     return real, fake
 
 
-# grouped_mm and scaled_grouped_mm (issue 26) are in _torch_grouped.py and _torch_grouped_fp8.py:
-# keyed by the token bucket (E, n, k, tokens, skew), their kernel dims add the tokens per expert
-# each call (Entry.launch's ``dims``), copied to the host: not capturable (docs/grouped_gemm.md).
+# grouped_mm, scaled_grouped_mm: _torch_grouped.py, _torch_grouped_fp8.py (token-bucket keys; the
+# tokens per expert are copied to the host each call: not capturable, docs/grouped_gemm.md).
 
 
 def matmul_kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
