@@ -106,6 +106,13 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
     return tune_rows(requests, config, deadline)
 
 
+def _groups(torch: Any, counts: list[int]) -> tuple[int, Any, list[int]]:
+    """(the batch's tokens, torch's cumulative int32 ``offs`` on the GPU, each expert's first
+    row) of a batch's tokens per expert."""
+    offs = torch.tensor(counts, device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
+    return sum(counts), offs, [sum(counts[:e]) for e in range(len(counts))]
+
+
 def vendor_timers(
     torch: Any,
     harness: Any,
@@ -117,9 +124,7 @@ def vendor_timers(
     window ``timing`` (default ``COMPARE_TIMING``; bench/regress.py passes its own)."""
     timing = timing or COMPARE_TIMING
     work = harness.workload_for(req)
-    rows = sum(counts)
-    offs = torch.tensor(counts, device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
-    starts = [sum(counts[:e]) for e in range(len(counts))]
+    rows, offs, starts = _groups(torch, counts)
     sets = [(ins[0], ins[1], out) for ins, out in zip(work.inputs, work.outputs, strict=True)]
 
     def grouped_mm(i: int, stream: int) -> None:
@@ -151,9 +156,7 @@ def fp8_timers(
     :func:`vendor_timers`'."""
     timing = timing or COMPARE_TIMING
     work = harness.workload_for(req)
-    rows = sum(counts)
-    offs = torch.tensor(counts, device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
-    starts = [sum(counts[:e]) for e in range(len(counts))]
+    rows, offs, starts = _groups(torch, counts)
     sets = work.inputs
     bf16 = torch.bfloat16
 
