@@ -222,9 +222,10 @@ def test_measurement_reports_reps_spread_and_cpu_share(backend: CpuBackend) -> N
     assert result.ok and result.timing is not None
     assert result.timing.reps >= backend.config.min_reps
     prov = result.provenance
-    # CPU time over wall time; the process CPU clock's tick makes short windows read a little
-    # over 1 (1.065 seen in a loaded run)
-    assert 0.0 < prov["cpu_share"] <= 1.2
+    # CPU time over wall time, both read where the window ends: a short window on a loaded host
+    # still reads a little over 1 (at most 1.15 in 300 runs beside a CPU hog), while CPU time
+    # counted past the wall window read 2.75 in a CI run and up to 1.38 in that test
+    assert 0.0 < prov["cpu_share"] <= 1.5
     assert prov["median_ci_rel"] >= 0.0 and prov["spread"] == result.timing.spread
     assert result.suspect == (prov["cpu_share"] < backend.config.min_cpu_share)
 
