@@ -105,6 +105,15 @@ def _check_dim(name: str, value: Any, *, minimum: int = 1) -> int:
     return value
 
 
+def _check_multiple(problem: object, names: tuple[str, ...], factor: int, why: str) -> None:
+    """InvalidRequestError naming the first of ``names`` whose value is not a multiple of
+    ``factor`` ("must be a multiple of {factor} {why}, got {value}")."""
+    for name in names:
+        value = getattr(problem, name)
+        if value % factor:
+            raise InvalidRequestError(name, f"must be a multiple of {factor} {why}, got {value}")
+
+
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
@@ -350,12 +359,7 @@ class GroupedGemmProblem(Problem):
             _check_dim(name, getattr(self, name))
         if self.experts > MAX_EXPERTS:
             raise InvalidRequestError("experts", f"must be <= {MAX_EXPERTS}, got {self.experts}")
-        for name in ("n", "k"):
-            if getattr(self, name) % 8:
-                raise InvalidRequestError(
-                    name,
-                    f"must be a multiple of 8 (16-byte aligned rows), got {getattr(self, name)}",
-                )
+        _check_multiple(self, ("n", "k"), 8, "(16-byte aligned rows)")
         if self.skew not in SKEWS:
             raise InvalidRequestError("skew", f"must be one of {SKEWS}, got {self.skew}")
         if self.skew > self.experts:
@@ -444,20 +448,10 @@ class ScaledGemmProblem(Problem):
         if self.scaling not in SCALINGS:
             raise InvalidRequestError("scaling", f"must be one of {SCALINGS}, not {self.scaling!r}")
         super().__post_init__()
-        if self.k % FP8_K_ALIGN:
-            raise InvalidRequestError(
-                "k",
-                f"must be a multiple of {FP8_K_ALIGN} (FP8 rows in 16-byte vectors), got {self.k}",
-            )
+        _check_multiple(self, ("k",), FP8_K_ALIGN, "(FP8 rows in 16-byte vectors)")
         if self.scaling == "block":
-            for name in ("k", "n"):
-                value = getattr(self, name)
-                if value % SCALE_BLOCK:
-                    raise InvalidRequestError(
-                        name,
-                        f"must be a multiple of {SCALE_BLOCK} with block scaling "
-                        f"(128x128 weight blocks), got {value}",
-                    )
+            why = "with block scaling (128x128 weight blocks)"
+            _check_multiple(self, ("k", "n"), SCALE_BLOCK, why)
 
     def operand_sizes(self) -> dict[str, int]:
         return {"a": self.m * self.k, "b": self.n * self.k, "c": self.m * self.n}
@@ -482,14 +476,8 @@ def check_problem_dtype(problem: Problem, dtype: str) -> Problem:
     :data:`FP8_K_ALIGN`). The rules of a dtype that the problem alone cannot check live here;
     the dtype itself is checked by :func:`check_op_dtype`."""
     if isinstance(problem, GroupedGemmProblem) and dtype == "e4m3":
-        for name in ("n", "k"):
-            value = getattr(problem, name)
-            if value % FP8_K_ALIGN:
-                raise InvalidRequestError(
-                    name,
-                    f"must be a multiple of {FP8_K_ALIGN} with dtype e4m3 (FP8 rows in "
-                    f"16-byte vectors), got {value}",
-                )
+        why = "with dtype e4m3 (FP8 rows in 16-byte vectors)"
+        _check_multiple(problem, ("n", "k"), FP8_K_ALIGN, why)
     return problem
 
 
