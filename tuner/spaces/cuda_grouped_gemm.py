@@ -200,9 +200,8 @@ class CudaGroupedGemmSpace(VariantSpace):
             small = mean <= 64
             fit = int(p["tile_m"]) if small else -int(p["tile_m"]) * int(p["tile_n"])
             clustered = p["cluster_m"] * p["cluster_n"] > 1
-            slow_accum = p.get("accum") == "promoted"  # e4m3: fast accumulation first
             coop = p["schedule"] != "coop"
-            return (clustered, fit, coop, slow_accum, p["tile_k"], p["cluster_n"])
+            return (clustered, fit, coop, p["tile_k"], p["cluster_n"])
 
         decode = sorted((p for p in candidates if p["family"] == "decode"), key=decode_key)
         sm90 = sorted((p for p in candidates if p["family"] == "sm90"), key=sm90_key)
