@@ -54,14 +54,14 @@ def _verified(
         work.outputs[0].view(torch.uint8).fill_(0xFF)
         run_once()
         torch.cuda.synchronize()
-        ok, max_err, message = harness.wl.verify_output(work, dtype)
+        verdict = harness.wl.verify_output(work, dtype)
     except Exception as exc:  # the op is missing in this torch, or refuses the views
         _error(row, "torch_out", exc)
         return False
-    row["torch_out_max_abs_error"] = max_err
-    if not ok:
-        _error(row, "torch_out", f"wrong result: {message}")
-    return bool(ok)
+    row["torch_out_max_abs_error"] = verdict.max_abs_error
+    if not verdict.ok:
+        _error(row, "torch_out", f"wrong result: {verdict.message}")
+    return verdict.ok
 
 
 def compare_row(torch: Any, harness: Any, row: dict[str, Any], req: dict[str, Any]) -> None:

@@ -20,18 +20,18 @@ expert output column), each group's scale its amax / 448. The factors make every
 a kernel that applies a neighbour's scale, or none, is off by up to 16x on some output.
 
 Verification: the reference is the per-expert product of the dequantized operands (the very
-bytes and scales the kernel reads) in float32 with float64 sums; the tolerance is the bf16
-output's GEMM tolerance, as for ``scaled_gemm`` (``tuner.reference.tolerance``: rtol = atol =
-2e-2 times max(1, sqrt(k)/8)).
+bytes and scales the kernel reads) in float32 with float64 sums; the tolerance is FP8's, as for
+``scaled_gemm`` (``tuner.reference.error_limit``: 2^-7 of |expected| plus the L2 norm of the
+output's k terms, :func:`grouped_fp8_term_norms`), so it scales with the inputs' factors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tuner.fp8 import E4M3_MAX, e4m3_to_float, float_to_e4m3
+from tuner.fp8 import E4M3_MAX, e4m3_to_float, float_to_e4m3, term_norms
 from tuner.moe import token_counts
 from tuner.problems import GroupedGemmProblem
 
@@ -40,6 +40,7 @@ __all__ = [
     "make_grouped_fp8_inputs",
     "dequantize_grouped",
     "grouped_fp8_reference",
+    "grouped_fp8_term_norms",
 ]
 
 #: the range of the random factor per scale group (the harness draws the same range)
@@ -75,21 +76,44 @@ def dequantize_grouped(
     return a, w
 
 
-def grouped_fp8_reference(
+def _per_expert(
     problem: GroupedGemmProblem,
     inputs: dict[str, np.ndarray],
-    counts: Sequence[int] | None = None,
+    counts: Sequence[int] | None,
+    product: Callable[[np.ndarray, np.ndarray], np.ndarray],
 ) -> np.ndarray:
-    """C as float32 [tokens, n] for ``counts`` tokens per expert (default: the bucket's,
-    ``tuner.moe.token_counts``), summed in float64; rows past the counts' total stay zero (a
-    bucket's counts fill every row)."""
+    """[tokens, n] float32: ``product(rows, weight)`` of each expert's dequantized token rows
+    and weight [n, k] for ``counts`` tokens per expert (default: the bucket's,
+    ``tuner.moe.token_counts``); rows past the counts' total stay zero."""
     a, w = dequantize_grouped(problem, inputs)
     out = np.zeros((problem.tokens, problem.n), dtype=np.float32)
     if counts is None:
         counts = token_counts(problem.experts, problem.tokens, problem.skew)
     start = 0
     for e, m in enumerate(counts):
-        rows = a[start : start + m].astype(np.float64)
-        out[start : start + m] = rows @ w[e].astype(np.float64).T
+        out[start : start + m] = product(a[start : start + m], w[e])
         start += m
     return out
+
+
+def grouped_fp8_reference(
+    problem: GroupedGemmProblem,
+    inputs: dict[str, np.ndarray],
+    counts: Sequence[int] | None = None,
+) -> np.ndarray:
+    """C as float32 [tokens, n] for ``counts`` tokens per expert (default: the bucket's),
+    summed in float64; rows past the counts' total stay zero (a bucket's counts fill every
+    row)."""
+    return _per_expert(
+        problem, inputs, counts, lambda rows, w: rows.astype(np.float64) @ w.astype(np.float64).T
+    )
+
+
+def grouped_fp8_term_norms(
+    problem: GroupedGemmProblem,
+    inputs: dict[str, np.ndarray],
+    counts: Sequence[int] | None = None,
+) -> np.ndarray:
+    """Per output, the L2 norm of its k dequantized terms (``tuner.fp8.term_norms``): the
+    ``term_norm`` of ``tuner.reference.verify``."""
+    return _per_expert(problem, inputs, counts, term_norms)

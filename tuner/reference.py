@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from tuner.abi import RMS_NORM_EPS
 from tuner.epilogues import NONE, activation_of
-from tuner.fp8 import make_scaled_gemm_inputs, scaled_gemm_reference
+from tuner.fp8 import FP8_TOLERANCE, make_scaled_gemm_inputs, scaled_gemm_reference
 from tuner.fp8_grouped import grouped_fp8_reference, make_grouped_fp8_inputs
 from tuner.moe import token_counts
 from tuner.problems import (
@@ -40,6 +41,9 @@ __all__ = [
     "apply_epilogue",
     "Verdict",
     "tolerance",
+    "bound_share",
+    "non_finite",
+    "error_limit",
     "verify",
 ]
 
@@ -233,29 +237,74 @@ def tolerance(dtype: str, reduction_len: int = 1) -> tuple[float, float]:
     return rtol * scale, atol * scale
 
 
+def error_limit(
+    expected: Any, dtype: str, reduction_len: int = 1, term_norm: Any | None = None
+) -> Any:
+    """The largest |error| each output may have (numpy arrays and torch tensors alike).
+
+    With ``term_norm`` (FP8 operands: ``tuner.fp8.term_norms``) the bound is
+    FP8_TOLERANCE * (|expected| + term_norm), the same at any scale of the inputs; without it,
+    the output dtype's (rtol, atol) of :func:`tolerance`, set for inputs in [-1, 1].
+    """
+    if term_norm is not None:
+        return FP8_TOLERANCE * (abs(expected) + term_norm)
+    rtol, atol = tolerance(dtype, reduction_len)
+    return atol + rtol * abs(expected)
+
+
 @dataclass(frozen=True)
 class Verdict:
     ok: bool
     max_abs_error: float
     message: str
+    #: the largest |error| / error_limit over the outputs: <= 1 passes; how near a kernel
+    #: came to the bound (kept in a measurement's provenance)
+    bound_share: float = 0.0
 
 
-def verify(output: np.ndarray, expected: np.ndarray, dtype: str, reduction_len: int = 1) -> Verdict:
-    """Compare a kernel's output (storage dtype) with the float32 reference (see tolerance)."""
+def verify(
+    output: np.ndarray,
+    expected: np.ndarray,
+    dtype: str,
+    reduction_len: int = 1,
+    term_norm: np.ndarray | None = None,
+) -> Verdict:
+    """Compare a kernel's output (storage dtype) with the float32 reference (error_limit:
+    ``term_norm`` for FP8 operands)."""
     got = from_storage(np.asarray(output), dtype).reshape(expected.shape)
     if not np.all(np.isfinite(got)):
         bad = int(np.count_nonzero(~np.isfinite(got)))
-        return Verdict(False, float("inf"), f"{bad} non-finite outputs (poison left or overflow)")
-    rtol, atol = tolerance(dtype, reduction_len)
+        return non_finite(bad)
     err = np.abs(got - expected)
-    limit = atol + rtol * np.abs(expected)
+    limit = error_limit(expected, dtype, reduction_len, term_norm)
     worst = float(err.max()) if err.size else 0.0
+    share = bound_share(err, limit)
     if np.all(err <= limit):
-        return Verdict(True, worst, "ok")
+        return Verdict(True, worst, "ok", share)
     where = np.unravel_index(int(np.argmax(err - limit)), err.shape)
     return Verdict(
         False,
         worst,
-        f"max |error| {worst:.3g} at {tuple(int(i) for i in where)}: "
+        f"max |error| {worst:.3g} ({share:.3g}x the bound) at {tuple(int(i) for i in where)}: "
         f"got {float(got[where]):.6g}, expected {float(expected[where]):.6g}",
+        share,
     )
+
+
+def non_finite(count: int) -> Verdict:
+    """The verdict on an output with ``count`` NaN or infinite values."""
+    return Verdict(
+        False, math.inf, f"{count} non-finite outputs (poison left or overflow)", math.inf
+    )
+
+
+def bound_share(err: Any, limit: Any) -> float:
+    """max(err / limit) over the outputs (numpy arrays or torch tensors alike); 0 when empty,
+    inf where a zero limit meets an error."""
+    count = err.size if isinstance(err, np.ndarray) else err.numel()
+    if count == 0:
+        return 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = err / limit
+    ratio[err == 0] = 0.0  # 0 / 0 where an exact output's limit is zero
+    return float(ratio.max())

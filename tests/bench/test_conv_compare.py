@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from bench.conv_compare import COMPARE_ROUNDS, compare_row
+from tuner.reference import Verdict
 
 N_SETS = 3
 
@@ -40,8 +41,8 @@ class FakeWorkloadLib:
         self.timings += 1
         return SimpleNamespace(samples_us=[10.0 + self.timings])
 
-    def verify_output(self, work: Any, dtype: str) -> tuple[bool, float, str]:
-        return self.verify_ok, 0.01, "ok" if self.verify_ok else "max |error| 7"
+    def verify_output(self, work: Any, dtype: str) -> Verdict:
+        return Verdict(self.verify_ok, 0.01, "ok" if self.verify_ok else "max |error| 7")
 
 
 class FakeHarness:

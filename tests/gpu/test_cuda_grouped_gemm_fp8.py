@@ -15,15 +15,14 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pytest
 
 from tests.gpu.gpu_helpers import GPU_MARKS, module_cuda_backend
 from tuner.abi import abi_dims
 from tuner.backends.cuda import CudaBackend
-from tuner.fp8_grouped import grouped_fp8_reference
+from tuner.fp8_grouped import grouped_fp8_reference, grouped_fp8_term_norms
 from tuner.problems import GroupedGemmProblem
-from tuner.reference import tolerance
+from tuner.reference import to_storage, verify
 from tuner.registry import load_space
 from tuner.types import Outcome, TuneRequest
 
@@ -65,13 +64,22 @@ COUNTS = [16, 0, 48, 16, 32, 0, 64, 16]
 BATCH = GroupedGemmProblem(experts=8, n=512, k=1024, tokens=sum(COUNTS), skew=2)
 
 
+#: the problem of the fast-accumulation kernel's H100 failure under the old bound (2026-12-06)
+FAST_CASE = GroupedGemmProblem(8, 4096, 1024, 512, 2)
+
+
+def _fast(params: dict[str, Any]) -> dict[str, Any]:
+    """The same kernel with fast accumulation (rendered, though the space leaves it out)."""
+    return {**params, "accum": "fast"}
+
+
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CudaBackend]:
     """The module's backend, every variant it uses built first in one call: the host's cores
     compile them side by side (the CUTLASS ones take ~40 s each)."""
     cache = os.environ.get("TUNEHUB_GPU_TEST_CACHE") or str(tmp_path_factory.mktemp("cache"))
     params = [_pick(GroupedGemmProblem(*dims), match) for match, dims in CASES]
-    params += [_pick(BATCH, DECODE), _pick(BATCH, SM90)]
+    params += [_pick(BATCH, DECODE), _pick(BATCH, SM90), _fast(_pick(FAST_CASE, SM90))]
     for backend in module_cuda_backend(cache, compile_timeout_s=600.0):
         arch = backend.device().arch
         backend.build([backend.render(SPACE, p, "e4m3", "rcr", arch) for p in params])
@@ -90,6 +98,21 @@ def test_one_variant_of_each_family_verifies_in_the_harness(
     result = backend.run(variant, artifact, request)
     assert result.outcome is Outcome.OK, (variant.name, result.log[-2000:])
     assert result.timing is not None and result.timing.median_us > 0
+
+
+def test_fast_accumulation_at_short_k_is_within_the_fp8_bound(backend: CudaBackend) -> None:
+    """At k = 1024 the wgmma accumulator's error is a small share of the terms' norm: the
+    kernel is right (its failure of 2026-12-06 was the old elementwise bound); the share is
+    kept in the provenance, for the docs' figure of how near it came."""
+    request = TuneRequest(
+        op="grouped_gemm", dtype="e4m3", layout="rcr", problem=FAST_CASE, backend="cuda"
+    )
+    variant, artifact = _built(backend, _fast(_pick(FAST_CASE, SM90)))
+    result = backend.run(variant, artifact, request)
+    assert result.outcome is Outcome.OK, (variant.name, result.log[-2000:])
+    share = result.provenance["error_bound_share"]
+    print(f"fast accumulation, k = {FAST_CASE.k}: {share:.3f} of the FP8 bound")
+    assert 0 < share <= 1
 
 
 @pytest.mark.parametrize("match", [DECODE, SM90], ids=["decode", "sm90"])
@@ -134,12 +157,15 @@ def test_a_real_batch_matches_torch_scaled_grouped_mm(
         "b_scale": sb.cpu().numpy(),
     }
     expected = grouped_fp8_reference(problem, host, COUNTS)[:rows]
-    rtol, atol = tolerance("bf16", problem.k)
-    np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
+    norms = grouped_fp8_term_norms(problem, host, COUNTS)[:rows]
+    verdict = verify(to_storage(got, "bf16"), expected, "bf16", problem.k, norms)
+    assert verdict.ok, verdict.message
     if not hasattr(torch, "_scaled_grouped_mm"):
         pytest.skip("this torch has no _scaled_grouped_mm")
     offs = torch.tensor(COUNTS, device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
     vendor = torch._scaled_grouped_mm(
         a[:rows], w.transpose(-2, -1), sa[:rows], sb, offs=offs, out_dtype=torch.bfloat16
     )
-    torch.testing.assert_close(d[:rows].float(), vendor.float(), rtol=rtol, atol=atol)
+    theirs = vendor.float().cpu().numpy()
+    verdict = verify(to_storage(theirs, "bf16"), expected, "bf16", problem.k, norms)
+    assert verdict.ok, verdict.message  # torch's own call is held to the same bound

@@ -18,9 +18,10 @@ from tuner.fp8 import (
     make_scaled_gemm_inputs,
     scale_counts,
     scaled_gemm_reference,
+    scaled_gemm_term_norms,
 )
 from tuner.problems import ScaledGemmProblem, check_op_dtype, problem_from_dict
-from tuner.reference import make_inputs, reference, tolerance
+from tuner.reference import make_inputs, reference, to_storage, verify
 from tuner.registry import SPACES, load_space
 from tuner.render import render_variant
 from tuner.spaces.cuda_scaled_gemm import CudaScaledGemmSpace
@@ -101,18 +102,44 @@ def test_reference_is_the_dequantized_product(scaling: str) -> None:
     assert np.abs(e4m3_to_float(inputs["a"])).max() == 448.0
 
 
+def _verdict(
+    problem: ScaledGemmProblem, inputs: dict, got: np.ndarray, expected: np.ndarray
+) -> bool:
+    norms = scaled_gemm_term_norms(problem, inputs)
+    return verify(to_storage(got, "bf16"), expected, "bf16", problem.k, norms).ok
+
+
 def test_tolerance_catches_a_wrong_block_scale() -> None:
     problem = ScaledGemmProblem(4, 256, 1024, "bf16", "block")
     inputs = make_scaled_gemm_inputs(problem, np.random.default_rng(2))
     expected = scaled_gemm_reference(problem, inputs)
+    assert _verdict(problem, inputs, expected, expected)  # bf16 rounding alone passes
     wrong = {**inputs, "b_scale": inputs["b_scale"].copy()}
     wrong["b_scale"][0, 3] *= 2.0  # one 128x128 block of B scaled twice
-    rtol, atol = tolerance("bf16", problem.k)
-    err = np.abs(scaled_gemm_reference(problem, wrong) - expected)
-    assert (err > atol + rtol * np.abs(expected)).any()
+    assert not _verdict(problem, inputs, scaled_gemm_reference(problem, wrong), expected)
     transposed = {**inputs, "a_scale": np.ascontiguousarray(inputs["a_scale"].T).reshape(-1)}
-    err = np.abs(scaled_gemm_reference(problem, transposed) - expected)  # A's scales K-major
-    assert (err > atol + rtol * np.abs(expected)).any()
+    # A's scales K-major
+    assert not _verdict(problem, inputs, scaled_gemm_reference(problem, transposed), expected)
+
+
+def test_fp8_tolerance_is_relative_to_the_terms_not_to_the_output() -> None:
+    problem = ScaledGemmProblem(8, 128, 2048, "bf16", "per_tensor")
+    inputs = make_scaled_gemm_inputs(problem, np.random.default_rng(5))
+    expected = scaled_gemm_reference(problem, inputs)
+    norms = scaled_gemm_term_norms(problem, inputs)
+    # an error of 1/256 of an output's terms' norm passes, even where the output is near zero
+    # by cancellation (the old elementwise atol failed FP8 kernels there)...
+    small = expected + norms / 256.0
+    assert _verdict(problem, inputs, small, expected)
+    # ...the same at 16x the inputs' scale (the scales span 16x)...
+    big = {**inputs, "a_scale": inputs["a_scale"] * 16.0}
+    assert _verdict(problem, big, 16.0 * small, 16.0 * expected)
+    # ...while 1/32 of it (the size of fast accumulation's error at k = 18944) fails
+    assert not _verdict(problem, inputs, expected + norms / 32.0, expected)
+    # and a dropped 128-wide K block fails
+    dropped = {**inputs, "a": inputs["a"].copy()}
+    dropped["a"].reshape(8, 2048)[:, 256:384] = 0
+    assert not _verdict(problem, inputs, scaled_gemm_reference(problem, dropped), expected)
 
 
 def test_the_space_is_registered_for_cuda_alone() -> None:

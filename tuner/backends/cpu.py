@@ -430,6 +430,7 @@ class CpuBackend(Backend):
         provenance = {
             **base.provenance,
             "max_abs_error": verdict.max_abs_error,
+            "error_bound_share": verdict.bound_share,
             "calls_per_sample": answer.get("calls_per_sample"),
             "copies": answer.get("copies"),
             winner.CPU_SHARE_KEY: cpu_share,

@@ -393,8 +393,9 @@ class CudaBackend(Backend):
         provenance.update(run_seconds=round(seconds, 3), harness_describe=answer.get("describe"))
         if self._device is not None:
             provenance["device"] = self._device.key()
-        if "max_abs_error" in answer:
-            provenance["max_abs_error"] = answer["max_abs_error"]
+        for key in ("max_abs_error", "error_bound_share"):
+            if key in answer:
+                provenance[key] = answer[key]
         reasons = list(answer.get("suspect_reasons", []))
         if reasons:
             provenance["suspect_reasons"] = reasons

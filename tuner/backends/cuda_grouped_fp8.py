@@ -8,6 +8,7 @@ Imported only inside the harness process, by ``tuner.backends.cuda_workload.buil
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 
 import torch
 
@@ -18,7 +19,7 @@ from tuner.backends.cuda_workload import (
     input_set_count,
     seeded_generator,
 )
-from tuner.fp8 import E4M3_MAX
+from tuner.fp8 import E4M3_MAX, term_norms
 from tuner.fp8_grouped import SCALE_FACTORS
 from tuner.moe import token_counts
 from tuner.problems import GROUPED_FP8_OUT_DTYPE, GroupedGemmProblem
@@ -27,6 +28,7 @@ __all__ = [
     "grouped_fp8_workload",
     "grouped_fp8_inputs",
     "grouped_fp8_reference",
+    "grouped_fp8_term_norms",
     "grouped_fp8_set_bytes",
 ]
 
@@ -56,9 +58,13 @@ def grouped_fp8_inputs(problem: GroupedGemmProblem, gen: torch.Generator) -> lis
     return [qa, qw, sa, sw]
 
 
-def grouped_fp8_reference(inputs: list[torch.Tensor], counts: list[int]) -> torch.Tensor:
-    """C [tokens, n] in float32: per expert, the dequantized token rows times the dequantized
-    weight's transpose (TF32 off: the caller sets it); rows past ``sum(counts)`` are zero."""
+def _per_expert(
+    inputs: list[torch.Tensor],
+    counts: list[int],
+    product: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """[tokens, n] float32: ``product(rows, weight)`` of each expert's dequantized token rows
+    and dequantized weight [n, k]; rows past ``sum(counts)`` are zero."""
     a, w, sa, sw = inputs
     deq_a = a.float() * sa.unsqueeze(1)
     out = torch.zeros((a.shape[0], w.shape[1]), dtype=torch.float32, device=a.device)
@@ -66,9 +72,20 @@ def grouped_fp8_reference(inputs: list[torch.Tensor], counts: list[int]) -> torc
     for e, m in enumerate(counts):
         if m:
             deq_w = w[e].float() * sw[e].unsqueeze(1)
-            out[start : start + m] = deq_a[start : start + m] @ deq_w.t()
+            out[start : start + m] = product(deq_a[start : start + m], deq_w)
         start += m
     return out
+
+
+def grouped_fp8_reference(inputs: list[torch.Tensor], counts: list[int]) -> torch.Tensor:
+    """C [tokens, n] in float32: per expert, the dequantized token rows times the dequantized
+    weight's transpose (TF32 off: the caller sets it); rows past ``sum(counts)`` are zero."""
+    return _per_expert(inputs, counts, lambda rows, w: rows @ w.t())
+
+
+def grouped_fp8_term_norms(inputs: list[torch.Tensor], counts: list[int]) -> torch.Tensor:
+    """Per output, the L2 norm of its k terms (``tuner.fp8.term_norms``), per expert."""
+    return _per_expert(inputs, counts, term_norms)
 
 
 def grouped_fp8_set_bytes(problem: GroupedGemmProblem) -> int:
@@ -96,6 +113,7 @@ def grouped_fp8_workload(
         inputs=inputs,
         outputs=outputs,
         expected=grouped_fp8_reference(inputs[0], counts),
+        term_norm=grouped_fp8_term_norms(inputs[0], counts),
         dims=abi_dims(problem),
         reduction_len=problem.reduction_length(),
         set_bytes=set_bytes,

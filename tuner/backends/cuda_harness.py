@@ -9,7 +9,8 @@ The backend starts one ``--serve`` process per device with CUDA_VISIBLE_DEVICES 
     {"cmd": "run", "artifact", "op", "dtype", "layout", "problem": {...}, "seed",
      "warmup_s", "bench_s", "min_samples", "max_samples", "abort_us", "fixed_output"?}
         -> {"outcome": "ok" | "runtime_error" | "wrong_result" | "aborted_slow",
-            "samples_us", "log", "max_abs_error", "provenance", "suspect_reasons", "fatal"}
+            "samples_us", "log", "max_abs_error", "error_bound_share", "provenance",
+            "suspect_reasons", "fatal"}
     {"cmd": "copy", "bytes"}                      -> {"gb_per_s", "samples_us"}
     {"cmd": "discover", "artifact", "op", "problem", "requested", "buffer_bytes"}
         -> {"algos": [{attribute: value, ...}, ...]} (a discovery build's tunehub_discover)
@@ -250,10 +251,14 @@ class Harness:
                 "log": f"tunehub_run returned {exc.code} ({_REASONS.get(exc.code, '?')})",
             }
         torch.cuda.synchronize()  # a fault raises here and is handled as fatal by the caller
-        ok, max_err, message = self.wl.verify_output(work, req["dtype"])
-        answer.update(max_abs_error=max_err, input_sets=len(work.inputs))
-        if not ok:
-            return {**answer, "outcome": "wrong_result", "fatal": False, "log": message}
+        verdict = self.wl.verify_output(work, req["dtype"])
+        answer.update(
+            max_abs_error=verdict.max_abs_error,
+            error_bound_share=verdict.bound_share,
+            input_sets=len(work.inputs),
+        )
+        if not verdict.ok:
+            return {**answer, "outcome": "wrong_result", "fatal": False, "log": verdict.message}
         before = self.nvml()
         timing = self.wl.time_launches(
             launch,

@@ -17,6 +17,7 @@ import torch
 
 from tuner.abi import RMS_NORM_EPS, abi_dims
 from tuner.epilogues import NONE, activation_of, output_columns
+from tuner.fp8 import term_norms
 from tuner.moe import token_counts
 from tuner.problems import (
     Conv2dProblem,
@@ -28,7 +29,7 @@ from tuner.problems import (
     ScaledGemmProblem,
     SoftmaxProblem,
 )
-from tuner.reference import tolerance
+from tuner.reference import Verdict, bound_share, error_limit
 
 __all__ = [
     "Workload",
@@ -67,6 +68,8 @@ class Workload:
     pointer_arrays: list[Any] = field(default_factory=list)
     #: the output's dtype when it is not the request's (scaled_gemm: its out_dtype)
     out_dtype: str | None = None
+    #: per output, the L2 norm of its k terms (FP8 operands: tuner.reference.error_limit)
+    term_norm: torch.Tensor | None = None
 
 
 def input_set_count(set_bytes: int, l2_bytes: int) -> int:
@@ -275,35 +278,37 @@ def _scaled_gemm_workload(
         reduction_len=problem.reduction_length(),
         set_bytes=set_bytes,
         out_dtype=problem.out_dtype,
+        term_norm=term_norms(a, b),
     )
     work.pointer_arrays = [(ctypes.c_void_p * len(s))(*[t.data_ptr() for t in s]) for s in inputs]
     return work
 
 
-def verify_output(work: Workload, dtype: str) -> tuple[bool, float, str]:
-    """(ok, max |error|, message) of output set 0 against the float32 reference (in the
-    workload's out_dtype tolerance when it has one: scaled_gemm, grouped_gemm e4m3)."""
+def verify_output(work: Workload, dtype: str) -> Verdict:
+    """Output set 0 against the float32 reference, within ``tuner.reference.error_limit`` (the
+    workload's out_dtype and term norms when it has them: scaled_gemm, grouped_gemm e4m3)."""
     dtype = work.out_dtype or dtype
     got = work.outputs[0].float().reshape(work.expected.shape)
     finite = torch.isfinite(got)
     if not bool(finite.all()):
         bad = int((~finite).sum())
-        return False, math.inf, f"{bad} non-finite outputs (poison left or overflow)"
-    rtol, atol = tolerance(dtype, work.reduction_len)
+        return Verdict(
+            False, math.inf, f"{bad} non-finite outputs (poison left or overflow)", math.inf
+        )
     err = (got - work.expected).abs()
-    excess = err - (atol + rtol * work.expected.abs())
+    limit = error_limit(work.expected, dtype, work.reduction_len, work.term_norm)
     worst = float(err.max()) if err.numel() else 0.0
+    share = bound_share(err, limit)
+    excess = err - limit
     if not bool((excess > 0).any()):
-        return True, worst, "ok"
+        return Verdict(True, worst, "ok", share)
     flat = int(excess.argmax())
-    return (
+    return Verdict(
         False,
         worst,
-        (
-            f"max |error| {worst:.3g}; worst at flat index {flat}: got "
-            f"{float(got.flatten()[flat]):.6g}, expected "
-            f"{float(work.expected.flatten()[flat]):.6g}"
-        ),
+        f"max |error| {worst:.3g} ({share:.3g}x the bound); worst at flat index {flat}: got "
+        f"{float(got.flatten()[flat]):.6g}, expected {float(work.expected.flatten()[flat]):.6g}",
+        share,
     )
 
 
