@@ -11,12 +11,16 @@ rowwise scales, bf16 out), side by side in one process, in one GPU run per dtype
     python3 bench/serving_moe.py --dtype bf16 --out $OUT/serving-moe.json [--deadline-s 540]
     python3 bench/serving_moe.py --dtype e4m3 --out $OUT/serving-moe-fp8.json
 
-Model: Mixtral-8x7B (E = 8 experts, hidden 4096, ffn 14336, top-2), bf16 and e4m3, both expert
-GEMMs of a layer: ``gate_up`` (w1 and w3 stacked: n 28672, k 4096) and ``down`` (w2: n 4096,
-k 14336); each expert's weight stored [n, k] as torch's Linear stores it.
-Buckets (tokens routed = batch x top-2, skew = max / mean tokens of an expert, tuner/moe.py):
-decode (batch 8: tokens 16), mid (batch 256: tokens 512), prefill (batch 4096: tokens 8192), all
-at skew 2. The input of a bucket is its deterministic distribution ``tuner.moe.token_counts``.
+Models (``--model``), bf16 and e4m3, both expert GEMMs of a layer, each expert's weight stored
+[n, k] as torch's Linear stores it:
+- ``mixtral-8x7b`` (default): E = 8 experts, hidden 4096, ffn 14336, top-2: ``gate_up`` (w1 and
+  w3 stacked: n 28672, k 4096) and ``down`` (w2: n 4096, k 14336);
+- ``olmoe-1b-7b`` (allenai/OLMoE-1B-7B-0924): E = 64 experts, hidden 2048, expert ffn 1024,
+  top-8: ``gate_up`` (n 2048, k 2048) and ``down`` (n 2048, k 1024).
+Buckets (tokens routed = batch x top-k, skew = max / mean tokens of an expert, tuner/moe.py):
+decode (batch 8), mid (batch 256), prefill (batch 4096), all at skew 2 (Mixtral: 16, 512 and
+8192 tokens). The input of a bucket is its deterministic distribution
+``tuner.moe.token_counts``.
 
 Phase 1 tunes each problem with the engine (both families; budget ``--max-variants``). Phase 2
 times in this process, interleaved in rounds of rotated order, on the harness's input sets:
@@ -37,6 +41,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,35 +59,53 @@ from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
 
 #: the dtypes of the rows, a column of user calls each
 DTYPES = ("bf16", "e4m3")
+
+
+@dataclass(frozen=True)
+class MoeModel:
+    """A public MoE model's expert GEMMs: (layer, n, k) each, and its routing's top-k."""
+
+    experts: int
+    top_k: int
+    layers: tuple[tuple[str, int, int], ...]
+
+
+#: the models a run can take (--model): Mixtral's 8 large experts, OLMoE's 64 small ones (many
+#: short GEMMs, where a per-expert loop pays a launch each)
+MODELS = {
+    "mixtral-8x7b": MoeModel(8, 2, (("gate_up", 2 * 14336, 4096), ("down", 4096, 14336))),
+    "olmoe-1b-7b": MoeModel(64, 8, (("gate_up", 2 * 1024, 2048), ("down", 2048, 1024))),
+}
 MODEL = "mixtral-8x7b"
-EXPERTS = 8
-#: (layer, n, k)
-LAYERS = [("gate_up", 2 * 14336, 4096), ("down", 4096, 14336)]
-#: (bucket, tokens, skew)
-BUCKETS = [("decode", 16, 2), ("mid", 512, 2), ("prefill", 8192, 2)]
+#: (bucket, batch, skew): tokens routed = batch x the model's top-k
+BUCKETS = [("decode", 8, 2), ("mid", 256, 2), ("prefill", 4096, 2)]
 COMPARE_ROUNDS = 5
 COMPARE_TIMING = {"warmup_s": 0.05, "bench_s": 0.1, "min_samples": 10, "max_samples": 10_000}
 
 
-def problems(dtype: str | None = None) -> list[tuple[dict[str, Any], GroupedGemmProblem]]:
-    """(label, problem) of every row, of ``dtype`` alone when given; the label names it."""
+def problems(
+    dtype: str | None = None, model: str = MODEL
+) -> list[tuple[dict[str, Any], GroupedGemmProblem]]:
+    """(label, problem) of every row of ``model``, of ``dtype`` alone when given; the label
+    names it."""
+    spec = MODELS[model]
     out = []
     for row_dtype in DTYPES if dtype is None else (dtype,):
-        for layer, n, k in LAYERS:
-            for bucket, tokens, skew in BUCKETS:
-                problem = GroupedGemmProblem(EXPERTS, n, k, tokens, skew)
-                label = {"model": MODEL, "dtype": row_dtype, "layer": layer, "bucket": bucket}
+        for layer, n, k in spec.layers:
+            for bucket, batch, skew in BUCKETS:
+                problem = GroupedGemmProblem(spec.experts, n, k, batch * spec.top_k, skew)
+                label = {"model": model, "dtype": row_dtype, "layer": layer, "bucket": bucket}
                 out.append(({**label, **problem.dims()}, problem))
     return out
 
 
-def precompile_commands(max_variants: int) -> list[str]:
+def precompile_commands(max_variants: int, model: str = MODEL) -> list[str]:
     """The bench/precompile_cuda.py commands (one per dtype) that build what phase 1 tunes."""
     commands = []
     for dtype in DTYPES:
         argv = ["python", "bench/precompile_cuda.py", "--cache-dir", ".cache/tunehub", "--arch"]
         argv += ["sm_90", "--op", "grouped_gemm", "--dtype", dtype]
-        for _, problem in problems(dtype):
+        for _, problem in problems(dtype, model):
             argv += ["--problem", ",".join(f"{k}={v}" for k, v in problem.dims().items())]
         commands.append(shlex.join([*argv, "--max-variants", str(max_variants)]))
     return commands
@@ -101,7 +124,7 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
             TuneRequest("grouped_gemm", label["dtype"], "rcr", problem, "cuda", budget=budget),
         )
         for dtype in args.dtype
-        for label, problem in problems(dtype)
+        for label, problem in problems(dtype, args.model)
     ]
     return tune_rows(requests, config, deadline)
 
@@ -237,12 +260,13 @@ def main() -> int:
         help="the rows' dtype, repeatable (default: each of bf16 and e4m3; one per device call "
         "keeps each call's tuning inside its deadline)",
     )
+    parser.add_argument("--model", choices=sorted(MODELS), default=MODEL)
     parser.add_argument(
         "--list-precompile", action="store_true", help="print the precompile command and exit"
     )
     args = parser.parse_args()
     if args.list_precompile:
-        print("\n".join(precompile_commands(args.max_variants)))
+        print("\n".join(precompile_commands(args.max_variants, args.model)))
         return 0
     if args.out is None:
         parser.error("--out is required")

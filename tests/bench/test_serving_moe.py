@@ -28,6 +28,17 @@ def test_mixtral_expert_gemms_at_three_buckets_in_bf16_and_e4m3() -> None:
         assert bucket_of(counts) == (problem.tokens, problem.skew)
 
 
+def test_olmoe_has_64_experts_at_top_8_so_its_buckets_route_8_tokens_a_request() -> None:
+    rows = sm.problems("e4m3", "olmoe-1b-7b")
+    assert [p.tokens for _, p in rows[:3]] == [64, 2048, 32768]
+    assert {(r["model"], r["layer"], p.experts, p.n, p.k) for r, p in rows} == {
+        ("olmoe-1b-7b", "gate_up", 64, 2048, 2048),
+        ("olmoe-1b-7b", "down", 64, 2048, 1024),
+    }
+    for _, problem in rows:  # e4m3 takes them: n and k multiples of 16
+        problem_from_dict("grouped_gemm", problem.dims(), "e4m3")
+
+
 def test_the_precompile_commands_build_every_problem_of_each_dtype() -> None:
     commands = sm.precompile_commands(8)
     assert len(commands) == 2
@@ -38,6 +49,8 @@ def test_the_precompile_commands_build_every_problem_of_each_dtype() -> None:
         problems = [argv[i + 1] for i, a in enumerate(argv) if a == "--problem"]
         built = [problem_from_dict("grouped_gemm", parse_dims(p), dtype) for p in problems]
         assert built == [p for _, p in sm.problems(dtype)]
+    olmoe = shlex.split(sm.precompile_commands(8, "olmoe-1b-7b")[0])
+    assert "experts=64,n=2048,k=1024,tokens=64,skew=2" in olmoe
 
 
 def test_totals_read_the_speedups() -> None:
