@@ -173,16 +173,6 @@ def _fused_gemm_precompile(m: int, epilogue: str) -> int:
     return _gemm_heads(m) if epilogue in LT_EPILOGUES else _gemm_budget(m)
 
 
-def _scaled_gemm_heads(m: int) -> int:
-    """The non-vendor head of scaled_gemm's order for ``m`` (cuda_scaled_gemm's ``order``:
-    swap-AB up to m 32, the decode kernels up to m 16, the CUTLASS head)."""
-    from tuner.spaces import cuda_scaled_gemm as fp8
-
-    swapab = fp8._SWAPAB_HEAD if m <= fp8.SWAPAB_MAX_M else 0
-    decode = fp8._DECODE_HEAD if m <= fp8._DECODE_HEAD_MAX_M else 0
-    return swapab + decode + fp8._SM90_HEAD
-
-
 def shapes(quick: bool = False) -> list[Shape]:
     """Every shape in run order: rows (the kernels most often changed) first, then GEMM, then
     conv2d, then issue 26's families (``family_shapes``); ``quick``: the ``QUICK`` subset."""
@@ -243,6 +233,7 @@ def shapes(quick: bool = False) -> list[Shape]:
 def family_shapes() -> list[Shape]:
     """The shapes of issue 26's families, in run order (module doc)."""
     from tuner.problems import Conv2dProblem, GemmProblem, GroupedGemmProblem, ScaledGemmProblem
+    from tuner.spaces.cuda_scaled_gemm import head_size as scaled_gemm_head_size
 
     out: list[Shape] = []
     for m, n, k, epilogue in EPILOGUE_GEMMS:
@@ -254,7 +245,7 @@ def family_shapes() -> list[Shape]:
         out.append(Shape("conv2d", "nhwc", conv.dims(), CONV_BUDGET, CONV_SECONDS, 0, UNFUSED))
     for m, n, k, scaling in SCALED_GEMMS:
         dims = ScaledGemmProblem(m, n, k, "bf16", scaling).dims()
-        heads = _scaled_gemm_heads(m)
+        heads = scaled_gemm_head_size(m)
         budget = 1 + heads + FP8_EXTRA_VENDOR
         out.append(
             Shape("scaled_gemm", "rcr", dims, budget, FP8_SECONDS, heads, SCALED_MM, dtype="e4m3")

@@ -50,6 +50,7 @@ __all__ = [
     "DECODE_MAX_M",
     "SWAPAB_MAX_M",
     "DEFAULT_MAX_VARIANTS",
+    "head_size",
 ]
 
 LT_FAMILY = "cublaslt_fp8"
@@ -102,6 +103,16 @@ _DECODE_HEAD_MAX_M = 16
 _SWAPAB_HEAD = 4
 _DECODE_HEAD = 3
 _SM90_HEAD = 4
+
+
+def head_size(m: int) -> int:
+    """How many of our kernels ``order`` puts right after the vendor default for ``m`` rows:
+    the swap-AB head (m up to SWAPAB_MAX_M), the decode head (m up to 16), the CUTLASS head.
+    A budget of ``1 + head_size(m) + x`` reaches the default, that head and ``x`` more of
+    cuBLASLt's algorithms."""
+    swapab = _SWAPAB_HEAD if m <= SWAPAB_MAX_M else 0
+    decode = _DECODE_HEAD if m <= _DECODE_HEAD_MAX_M else 0
+    return swapab + decode + _SM90_HEAD
 
 
 def _sm90_reason(p: Params) -> str | None:
@@ -306,6 +317,7 @@ class CudaScaledGemmSpace(VendorDiscoverySpace):
             (p for p in candidates if p["family"] == SWAPAB_FAMILY),
             key=lambda p: fp8_decode.swapab_rank(p, problem),
         )
+        # head_size(m) counts the three heads below
         swapab_head = _SWAPAB_HEAD if problem.m <= SWAPAB_MAX_M else 0
         decode_head = _DECODE_HEAD if problem.m <= _DECODE_HEAD_MAX_M else 0
         return [
