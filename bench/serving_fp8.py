@@ -1,47 +1,42 @@
 """FP8 GEMM with scales on the linear layers of a public dense model (Qwen2.5-7B: hidden 3584,
 intermediate 18944, 28 query and 4 KV heads of 128) at decode (m = 1, 8, 32) and prefill
-(m = 2048): the tuned winner against ``torch._scaled_mm`` (cuBLASLt's FP8 default), side by side
+(m = 2048): tunehub's answer against ``torch._scaled_mm`` (cuBLASLt's FP8 default), side by side
 in one process, and decode against the weight-streaming limit bytes(W in FP8) / copy rate.
 
-    python3 bench/serving_fp8.py --out $OUT [--scaling per_tensor,block] [--per-shape 12]
-    python3 bench/serving_fp8.py --list      # the precompile commands for this machine (no GPU)
+    python3 bench/serving_fp8.py --out $OUT/serving-fp8.json [--scaling per_tensor]
+    python3 bench/serving_fp8.py --list | sh   # precompile here (no GPU), carry the cache
 
-Per shape: the space's order (pruned for the shape) gives ``--per-shape`` candidates (the CUTLASS
-and decode kernels: precompiled, bench/precompile_cuda.py), cuBLASLt's FP8 algorithms are
-discovered on the device (their builds link cuBLASLt and take seconds), every candidate is run
-by the harness (verified against the f32 reference of the dequantized inputs, then timed:
-batches of launches in a CUDA graph, input sets rotated over >= 2x L2, CUDA events, median), and
-the fastest becomes the winner. Then the winner and ``torch._scaled_mm`` on the same rotated
-inputs are timed again in ``--rounds`` interleaved rounds (the selection's own times are not
-reused: picking the fastest of noisy figures flatters it). ``torch._scaled_mm`` takes per-tensor
-scales; block scaling's baseline is ``torch._scaled_mm`` with 1x128 / 128x128 scales where this
-torch accepts them, else none (the row says why).
+Phase 1 tunes each shape with the engine, as a job does (bench/serving_common.py): the space's
+order for the shape (cuBLASLt's default first, then our swap-AB, decode and CUTLASS heads), a
+budget of the default, that head and ``--extra-vendor`` more cuBLASLt algorithms (discovered on
+the device: their builds link cuBLASLt and take seconds; the rest precompiled), every candidate
+verified against the f32 reference of the dequantized inputs and timed, the contenders timed
+again in confirmation rounds, and the winner decided by the engine's rule (tuner/winner.py: a
+kernel that cannot be told from cuBLASLt's default does not displace it). Phase 2 times the
+winner's artifact (``tunehub``) and ``torch._scaled_mm`` on the same rotated input sets in
+interleaved rounds. ``torch._scaled_mm`` takes per-tensor scales; block scaling's baseline is
+``torch._scaled_mm`` with 1x128 / 128x128 scales where this torch accepts them, else none (the
+row says why in ``torch_error``).
 
 Targets (issue 26): speedup >= 1.05x geomean, none below 0.98x; decode (m <= 16) >= 0.85 of the
-streaming limit. Writes serving-fp8.json and serving-fp8.md under --out.
+streaming limit. Writes the JSON to --out and the table beside it (the same name, ``.md``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.vendor_common import (  # noqa: E402
-    Timer,
-    artifact_timer,
-    geomean,
-    interleaved_medians,
-    launch_timer,
-)
-from tuner.engine import candidate_params  # noqa: E402
+from bench.serving_common import compare_rows, run, tune_rows  # noqa: E402
+from bench.vendor_common import Timer, geomean, launch_timer  # noqa: E402
 from tuner.problems import ScaledGemmProblem  # noqa: E402
+from tuner.spaces.cuda_scaled_gemm import head_size  # noqa: E402
 from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
 
 MODEL = "Qwen/Qwen2.5-7B"
@@ -53,8 +48,15 @@ LAYERS = (
     ("down_proj", 3584, 18944),
 )
 MS = (1, 8, 32, 2048)
+SCALINGS = ("per_tensor", "block")
 DECODE_MAX_M = 16
 TARGET_GEOMEAN, TARGET_FLOOR, TARGET_STREAM = 1.05, 0.98, 0.85
+#: the label of the user's call in the rows (bench/regress.py compares against it too)
+SCALED_MM = "torch_scaled_mm"
+COMPARE_ROUNDS = 5
+COMPARE_TIMING = {"warmup_s": 0.02, "bench_s": 0.1, "min_samples": 10, "max_samples": 10_000}
+#: the bytes the copy rate of the streaming limit is measured on
+COPY_BYTES = 1 << 30
 
 
 def problems(scalings: list[str]) -> list[tuple[str, ScaledGemmProblem]]:
@@ -66,26 +68,25 @@ def problems(scalings: list[str]) -> list[tuple[str, ScaledGemmProblem]]:
     ]
 
 
-def _request(problem: ScaledGemmProblem, per_shape: int) -> TuneRequest:
-    return TuneRequest(
-        op="scaled_gemm",
-        dtype="e4m3",
-        layout="rcr",
-        backend="cuda",
-        problem=problem,
-        budget=Budget(max_variants=per_shape),
-    )
+def budget_variants(m: int, extra_vendor: int) -> int:
+    """Candidates per shape: cuBLASLt's default, our head for ``m``, ``extra_vendor`` more."""
+    return 1 + head_size(m) + extra_vendor
 
 
-def list_commands(scalings: list[str], per_shape: int) -> None:
+def list_commands(scalings: list[str], extra_vendor: int) -> list[str]:
+    """The bench/precompile_cuda.py commands (one per scaling and token count: the budget
+    depends on m) that build what phase 1 tunes, but the cuBLASLt algorithms."""
+    commands = []
     for scaling in scalings:
-        dims = " ".join(
-            f"--problem m={p.m},n={p.n},k={p.k},scaling={scaling}" for _, p in problems([scaling])
-        )
-        print(
-            "python bench/precompile_cuda.py --cache-dir .cache/tunehub --arch sm_90 "
-            f"--op scaled_gemm --dtype e4m3 --max-variants {per_shape} {dims}"
-        )
+        for m in MS:
+            argv = ["python", "bench/precompile_cuda.py", "--cache-dir", ".cache/tunehub"]
+            argv += ["--arch", "sm_90", "--op", "scaled_gemm", "--dtype", "e4m3"]
+            for _, p in problems([scaling]):
+                if p.m == m:
+                    argv += ["--problem", ",".join(f"{k}={v}" for k, v in p.dims().items())]
+            argv += ["--max-variants", str(budget_variants(m, extra_vendor))]
+            commands.append(shlex.join(argv))
+    return commands
 
 
 def _scaled_mm_launcher(torch: Any, work: Any, problem: ScaledGemmProblem) -> Any:
@@ -115,105 +116,67 @@ def scaled_mm_timers(
     the scales raises here (RuntimeError from its first call), not in the rounds."""
     work = harness.workload_for(req)
     call = _scaled_mm_launcher(torch, work, problem)
-    return {"torch_scaled_mm": launch_timer(harness, call, len(work.inputs), timing)}
+    return {SCALED_MM: launch_timer(harness, call, len(work.inputs), timing)}
 
 
-def bench(args: argparse.Namespace) -> dict[str, Any]:
-    import torch
-
-    from tuner.backends.cuda import CudaBackend
-    from tuner.backends.cuda_harness import Harness, probe
-    from tuner.registry import load_space
-
-    space = load_space("scaled_gemm", "cuda")
-    backend = CudaBackend(EngineConfig(cache_dir=args.cache_dir, compile_timeout_s=240))
-    arch = backend.device().arch
-    harness = Harness(probe())
-    copy_gbps = float(harness.copy({"bytes": 1 << 30})["gb_per_s"])
-    timing = {"warmup_s": 0.02, "bench_s": args.bench_s, "min_samples": 10, "max_samples": 10_000}
-    rows: list[dict[str, Any]] = []
+def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) -> list[dict]:
+    requests = []
     for layer, problem in problems(args.scaling.split(",")):
-        started = time.monotonic()
-        request = _request(problem, args.per_shape)
-        discovered = backend.discover(request, arch)
-        candidates, _ = candidate_params(request, arch, "cuda", discovered)
-        # the heuristic's first few as found and with fast accumulation, beside the space's head
-        vendor = [p for p in discovered if p["fast_accum"] == 0][: args.vendor_algos] + [
-            p for p in discovered if p["fast_accum"] == 1
-        ][: args.vendor_algos]
-        head = candidates[: args.per_shape]
-        picked = head + [p for p in vendor if p not in head]
-        variants = [backend.render(space, p, "e4m3", "rcr", arch) for p in picked]
-        built = backend.build(variants)
-        row: dict[str, Any] = {"model": MODEL, "layer": layer, **problem.dims()}
-        req = {
-            "cmd": "run", "op": "scaled_gemm", "dtype": "e4m3", "layout": "rcr",
-            "problem": problem.dims(), "seed": 0, "abort_us": None, **timing,
-        }  # fmt: skip
-        times: dict[str, float] = {}
-        errors: dict[str, str] = {}
-        for v in variants:
-            if not built[v.id].ok:
-                errors[v.name] = built[v.id].log[-300:]
-                continue
-            answer = harness.run({**req, "artifact": str(built[v.id].artifact)})
-            if answer.get("outcome") == "ok" and answer.get("samples_us"):
-                times[v.name] = statistics.median(answer["samples_us"])
-            else:
-                errors[v.name] = f"{answer.get('outcome')}: {str(answer.get('log', ''))[-300:]}"
-        row["candidates_us"] = dict(sorted(times.items(), key=lambda item: item[1]))
-        row["errors"] = errors
-        if not times:
-            rows.append(row)
-            continue
-        winner = min(times, key=lambda name: times[name])
-        artifact = next(str(built[v.id].artifact) for v in variants if v.name == winner)
-        row["winner"] = winner
-        row["vendor_default"] = variants[0].name if discovered else None
-        timers = {"winner": artifact_timer(harness, req, artifact)}
-        try:
-            timers.update(scaled_mm_timers(torch, harness, req, problem, timing))
-        except (RuntimeError, TypeError, ValueError) as exc:
-            row["torch_error"] = f"{type(exc).__name__}: {exc}"[:300]
-        medians = interleaved_medians(timers, row, args.rounds)
-        row["winner_us"] = medians.get("winner")
-        row["torch_us"] = medians.get("torch_scaled_mm")
-        if row["winner_us"] and row["torch_us"]:
-            row["speedup"] = row["torch_us"] / row["winner_us"]
-        limit_us = problem.n * problem.k / (copy_gbps * 1e3)  # bytes(W in FP8) / copy rate
-        row["stream_limit_us"] = limit_us
-        if row["winner_us"]:
-            row["of_stream_limit"] = limit_us / row["winner_us"]
-            row["tflops"] = problem.flops() / row["winner_us"] / 1e6
-        row["seconds"] = round(time.monotonic() - started, 1)
-        print(
-            f"[fp8] {layer} {problem.key()}: {winner} {row['winner_us']} us, torch "
-            f"{row['torch_us']} us, x{row.get('speedup')}, of limit {row.get('of_stream_limit')}",
-            flush=True,
+        budget = Budget(
+            max_variants=budget_variants(problem.m, args.extra_vendor),
+            max_seconds=args.shape_seconds,
         )
-        rows.append(row)
-    backend.close()
-    return {
-        "device": torch.cuda.get_device_name(0),
-        "torch": torch.__version__,
-        "copy_gbps": copy_gbps,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": " ".join(sys.argv),
-        "rows": rows,
-        "summary": summarize(rows),
-    }
+        label = {"model": MODEL, "layer": layer, "layout": "rcr", **problem.dims()}
+        request = TuneRequest("scaled_gemm", "e4m3", "rcr", problem, "cuda", budget=budget)
+        requests.append(({**label, "problem": problem.dims()}, request))
+    return tune_rows(requests, config, deadline)
+
+
+def _torch_timers(torch: Any, harness: Any, req: dict[str, Any], row: dict) -> dict[str, Timer]:
+    """``torch_scaled_mm`` of the row, or none where this torch refuses its scales (the
+    row keeps why)."""
+    try:
+        return scaled_mm_timers(
+            torch, harness, req, ScaledGemmProblem(**row["problem"]), COMPARE_TIMING
+        )
+    except (RuntimeError, TypeError, ValueError) as exc:
+        row["torch_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        return {}
+
+
+def phase_compare(rows: list[dict[str, Any]], deadline: float) -> None:
+    compare_rows(
+        rows,
+        deadline,
+        dtype="e4m3",
+        timing=COMPARE_TIMING,
+        rounds=COMPARE_ROUNDS,
+        user_timers=_torch_timers,
+    )
+    from tuner.backends.cuda_harness import Harness, probe
+
+    copy_gbps = float(Harness(probe()).copy({"bytes": COPY_BYTES})["gb_per_s"])
+    for row in rows:
+        row["copy_gbps"] = copy_gbps
+        row["stream_limit_us"] = row["n"] * row["k"] / (copy_gbps * 1e3)  # bytes(W) / copy
+        ours = row.get("times_us", {}).get("tunehub")
+        if ours:
+            row["of_stream_limit"] = row["stream_limit_us"] / ours
+            row["tflops"] = ScaledGemmProblem(**row["problem"]).flops() / ours / 1e6
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per scaling: the geomean and lowest speedup over ``torch._scaled_mm`` and the lowest
+    share of the streaming limit at decode, against the issue's targets."""
     out: dict[str, Any] = {}
     for scaling in sorted({r["scaling"] for r in rows}):
         mine = [r for r in rows if r["scaling"] == scaling]
-        speedups = [r["speedup"] for r in mine if r.get("speedup")]
+        speedups = [r["speedup"][SCALED_MM] for r in mine if SCALED_MM in r.get("speedup", {})]
         decode = [
             r["of_stream_limit"]
             for r in mine
             if r["m"] <= DECODE_MAX_M and r.get("of_stream_limit")
-        ]  # noqa: E501
+        ]
         out[scaling] = {
             "geomean_speedup": geomean(speedups) if speedups else None,
             "min_speedup": min(speedups) if speedups else None,
@@ -228,52 +191,60 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def write_page(out: Path, payload: dict[str, Any]) -> None:
+def write_page(path: Path, payload: dict[str, Any]) -> None:
+    """The table of ``payload`` (what :func:`main` wrote to the JSON) as markdown."""
+    meta = payload["meta"]
+
+    def fmt(value: Any, spec: str = ".2f") -> str:
+        return format(value, spec) if isinstance(value, float) else "-"
+
     lines = [
-        f"# FP8 GEMM on {MODEL}'s linears ({payload['device']}, {payload['date']})",
+        f"# FP8 GEMM on {MODEL}'s linears ({meta.get('device')}, {meta.get('date')})",
         "",
-        f"`{payload['command']}`; torch {payload['torch']}; copy {payload['copy_gbps']:.0f} GB/s",
+        f"`{meta['command']}`; torch {meta.get('torch')}",
         "",
-        "| scaling | layer | m | n | k | winner | us | torch._scaled_mm us | x | of limit |",
+        f"| scaling | layer | m | n | k | winner | us | {SCALED_MM} us | x | of limit |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["rows"]:
-
-        def fmt(value: Any, spec: str = ".2f") -> str:
-            return format(value, spec) if isinstance(value, float) else "-"
-
+        times = r.get("times_us", {})
         lines.append(
             f"| {r['scaling']} | {r['layer']} | {r['m']} | {r['n']} | {r['k']} | "
-            f"{r.get('winner', '-')} | {fmt(r.get('winner_us'))} | {fmt(r.get('torch_us'))} | "
-            f"{fmt(r.get('speedup'), '.3f')} | {fmt(r.get('of_stream_limit'))} |"
+            f"{r.get('winner') or r.get('tune_error', '-')} | {fmt(times.get('tunehub'))} | "
+            f"{fmt(times.get(SCALED_MM))} | {fmt(r.get('speedup', {}).get(SCALED_MM), '.3f')} "
+            f"| {fmt(r.get('of_stream_limit'))} |"
         )
-    lines += ["", "```", json.dumps(payload["summary"], indent=2), "```"]
-    (out / "serving-fp8.md").write_text("\n".join(lines) + "\n")
+    lines += ["", "```", json.dumps(payload["totals"], indent=2), "```"]
+    path.write_text("\n".join(lines) + "\n")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="/tmp/tunehub-out")
+    parser.add_argument("--out", type=Path, help="the JSON file to write")
     parser.add_argument("--cache-dir", default=".cache/tunehub")
-    parser.add_argument("--scaling", default="per_tensor,block")
-    parser.add_argument("--per-shape", type=int, default=12)
+    parser.add_argument("--scaling", default=",".join(SCALINGS))
+    parser.add_argument("--deadline-s", type=float, default=540.0)
+    parser.add_argument("--compare-reserve-s", type=float, default=120.0)
+    parser.add_argument("--shape-seconds", type=float, default=15.0)
     parser.add_argument(
-        "--vendor-algos", type=int, default=2, help="cuBLASLt algorithms per accumulation mode"
+        "--extra-vendor",
+        type=int,
+        default=4,
+        help="cuBLASLt algorithms beyond its default in each shape's budget",
     )
-    parser.add_argument("--bench-s", type=float, default=0.1)
-    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--list", action="store_true", help="print the precompile commands")
     args = parser.parse_args()
+    unknown = set(args.scaling.split(",")) - set(SCALINGS)
+    if unknown:
+        parser.error(f"--scaling: unknown {sorted(unknown)} (choose from {list(SCALINGS)})")
     if args.list:
-        list_commands(args.scaling.split(","), args.per_shape)
+        print("\n".join(list_commands(args.scaling.split(","), args.extra_vendor)))
         return 0
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    payload = bench(args)
-    (out / "serving-fp8.json").write_text(json.dumps(payload, indent=2))
-    write_page(out, payload)
-    print(json.dumps(payload["summary"], indent=2))
-    return 0
+    if args.out is None:
+        parser.error("--out is required")
+    status = run(args, phase_tune, phase_compare, summarize, COMPARE_ROUNDS)
+    write_page(args.out.with_suffix(".md"), json.loads(args.out.read_text()))
+    return status
 
 
 if __name__ == "__main__":

@@ -1,15 +1,28 @@
 """bench/serving_fp8.py without a GPU: its shapes are valid problems of both scalings, its
-precompile commands parse as bench/precompile_cuda.py reads them, and its summary's figures."""
+budgets reach cuBLASLt's default and our head of the space's order, its precompile commands
+parse as bench/precompile_cuda.py reads them, and its summary's figures."""
 
 from __future__ import annotations
 
 import math
+import shlex
+from pathlib import Path
 
 import pytest
 
 from bench.precompile_cuda import parse_dims
-from bench.serving_fp8 import LAYERS, MS, list_commands, problems, summarize
-from tuner.problems import problem_from_dict
+from bench.serving_fp8 import (
+    LAYERS,
+    MS,
+    SCALED_MM,
+    budget_variants,
+    list_commands,
+    problems,
+    summarize,
+    write_page,
+)
+from tuner.problems import ScaledGemmProblem, problem_from_dict
+from tuner.spaces.cuda_scaled_gemm import head_size
 
 
 def test_every_shape_is_a_valid_problem_of_both_scalings() -> None:
@@ -19,23 +32,55 @@ def test_every_shape_is_a_valid_problem_of_both_scalings() -> None:
     assert all(p.n % 128 == 0 and p.k % 128 == 0 for _, p in shapes)
 
 
-def test_precompile_commands_parse(capsys: pytest.CaptureFixture[str]) -> None:
-    list_commands(["block"], 8)
-    (line,) = capsys.readouterr().out.splitlines()
-    assert "--op scaled_gemm --dtype e4m3 --max-variants 8" in line
-    texts = line.split("--problem ")[1:]
-    assert len(texts) == len(LAYERS) * len(MS)
-    problem = problem_from_dict("scaled_gemm", parse_dims(texts[0].strip()))
-    assert problem.scaling == "block" and (problem.m, problem.n, problem.k) == (1, 4608, 3584)
+def test_budget_is_the_default_our_head_and_the_extra_vendor_algorithms() -> None:
+    # decode shapes have swap-AB and decode heads on top of CUTLASS's; prefill only CUTLASS's
+    assert head_size(1) > head_size(32) > head_size(2048) > 0
+    assert budget_variants(1, 4) == 1 + head_size(1) + 4
+    assert budget_variants(2048, 0) == 1 + head_size(2048)
+
+
+def test_precompile_commands_parse() -> None:
+    lines = list_commands(["block"], 2)
+    assert len(lines) == len(MS)  # one per token count: the budget depends on m
+    for line, m in zip(lines, MS, strict=True):
+        argv = shlex.split(line)
+        assert argv[argv.index("--op") + 1] == "scaled_gemm"
+        assert argv[argv.index("--dtype") + 1] == "e4m3"
+        assert int(argv[argv.index("--max-variants") + 1]) == budget_variants(m, 2)
+        texts = [argv[i + 1] for i, a in enumerate(argv) if a == "--problem"]
+        assert len(texts) == len(LAYERS)
+        for text in texts:
+            problem = problem_from_dict("scaled_gemm", parse_dims(text))
+            assert isinstance(problem, ScaledGemmProblem)
+            assert problem.scaling == "block" and problem.m == m
 
 
 def test_summary_figures() -> None:
     rows = [
-        {"scaling": "block", "m": 1, "speedup": 1.2, "of_stream_limit": 0.9},
-        {"scaling": "block", "m": 2048, "speedup": 0.96, "of_stream_limit": 0.1},
-        {"scaling": "block", "m": 8},  # nothing measured: left out
+        {"scaling": "block", "m": 1, "speedup": {SCALED_MM: 1.2}, "of_stream_limit": 0.9},
+        {"scaling": "block", "m": 2048, "speedup": {SCALED_MM: 0.96}, "of_stream_limit": 0.1},
+        {"scaling": "block", "m": 8, "torch_error": "RuntimeError: refused"},  # left out
     ]
     block = summarize(rows)["block"]
     assert block["geomean_speedup"] == pytest.approx(math.sqrt(1.2 * 0.96))
     assert block["min_speedup"] == 0.96 and block["rows_compared"] == 2
     assert block["decode_min_of_stream_limit"] == 0.9  # m = 2048 is not decode
+
+
+def test_page_has_a_line_per_row(tmp_path: Path) -> None:
+
+    rows = [
+        {"scaling": "per_tensor", "layer": "o_proj", "m": 1, "n": 3584, "k": 3584,
+         "winner": "scaled_gemm_e4m3_bf16_per_tensor_swapab_m1_w1_wp8_u4",
+         "times_us": {"tunehub": 7.5, SCALED_MM: 7.8}, "speedup": {SCALED_MM: 1.04},
+         "of_stream_limit": 0.58},
+        {"scaling": "block", "layer": "o_proj", "m": 1, "n": 3584, "k": 3584,
+         "tune_error": "deadline"},
+    ]  # fmt: skip
+    payload = {"meta": {"command": "python3 bench/serving_fp8.py"}, "rows": rows,
+               "totals": summarize(rows)}  # fmt: skip
+    write_page(tmp_path / "fp8.md", payload)
+    lines = (tmp_path / "fp8.md").read_text().splitlines()
+    assert "| per_tensor | o_proj | 1 | 3584 | 3584 | scaled_gemm_e4m3" in lines[6]
+    assert lines[6].endswith("| 7.50 | 7.80 | 1.040 | 0.58 |")
+    assert lines[7] == "| block | o_proj | 1 | 3584 | 3584 | deadline | - | - | - | - |"
