@@ -68,7 +68,6 @@ def test_summary_figures() -> None:
 
 
 def test_page_has_a_line_per_row(tmp_path: Path) -> None:
-
     rows = [
         {"scaling": "per_tensor", "layer": "o_proj", "m": 1, "n": 3584, "k": 3584,
          "winner": "scaled_gemm_e4m3_bf16_per_tensor_swapab_m1_w1_wp8_u4",
