@@ -23,6 +23,7 @@ from tuner.fp8 import scaled_gemm_reference, scaled_gemm_term_norms
 from tuner.problems import ScaledGemmProblem
 from tuner.reference import error_limit
 from tuner.registry import load_space
+from tuner.spaces import cuda_gemm_cublaslt as lt
 from tuner.types import Outcome, TuneRequest
 
 pytestmark = GPU_MARKS
@@ -145,6 +146,14 @@ def test_discovered_cublaslt_fp8_algorithms_verify(backend: CudaBackend, scaling
     found = backend.discover(_request(problem), backend.device().arch)
     assert found, "cublasLtMatmulAlgoGetHeuristic returned no FP8 algorithm"
     assert all(p["family"] == "cublaslt_fp8" and p["scaling"] == scaling for p in found)
+    # the answer merges the heuristic's rankings at 32 MiB and 1 MiB: each algorithm once, and
+    # those that only the 1 MiB query ranked fit its limit
+    answer = backend.last_discovery
+    limits = {item["workspace_limit"] for item in answer}
+    assert limits <= {32 << 20, 1 << 20} and (32 << 20) in limits, answer
+    assert all(item["workspace"] <= item["workspace_limit"] for item in answer), answer
+    keys = [tuple(item[k] for k in lt.ATTRIBUTES) for item in answer]
+    assert len(keys) == len(set(keys)), answer
     params = {k: v for k, v in found[0].items() if k not in ("out_dtype", "scaling")}
     _verified(backend, params, problem)
 

@@ -1,9 +1,11 @@
 """The cuBLASLt FP8 builds of scaled_gemm run without a GPU: the discovery build and a run build
 rendered for sm_90, linked against the stand-in libcublasLt of test_cublaslt_discovery_fake.py
-(``fakes/fake_cublaslt.cpp``: heuristic picks of algorithm 66 with tiles 24, 23, 18; AlgoCheck
-refuses split-K 8 and accepts 66 otherwise), and called through ctypes as the harness calls them:
-the answer becomes the space's params, vendor default first, and a run build of the first one
-plans for a shape and refuses the other output dtype and scaling."""
+(``fakes/fake_cublaslt.cpp``: heuristic picks of algorithm 66 with tiles 24, 23, 18, and 20, 24,
+23 under a workspace limit of 2 MiB or less; AlgoCheck refuses split-K 8 and accepts 66
+otherwise), and called through ctypes as the harness calls them: the answer merges the rankings
+at 32 MiB and at 1 MiB (each first pick, then the rest, distinct) and becomes the space's params,
+vendor default first, and a run build of the first one plans for a shape and refuses the other
+output dtype and scaling."""
 
 from __future__ import annotations
 
@@ -68,13 +70,15 @@ def test_discovery_answer_becomes_params_and_a_run_build_plans(tmp_path: Path) -
     buf = ctypes.create_string_buffer(1 << 16)
     dims, n = _dims(PROBLEM.m, PROBLEM.n, PROBLEM.k)
     count = fn(dims, n, 16, buf, len(buf))
-    assert count == 3
+    assert count == 4
     found = json.loads(buf.value.decode())
-    assert [item["tile"] for item in found] == [24, 23, 18]
+    assert [item["tile"] for item in found] == [24, 20, 23, 18]
+    assert [item["workspace_limit"] >> 20 for item in found] == [32, 1, 32, 32]
     assert all(item["source"] == "heuristic" and item["algo"] == 66 for item in found)
     assert fn(dims, n, 16, ctypes.create_string_buffer(64), 64) == -1000  # does not fit
     params = SPACE.from_discovery(found, Discovery(discovery.params, "cublas", 16))
-    assert len(params) == 6 and [p["fast_accum"] for p in params] == [0, 0, 0, 1, 1, 1]
+    assert [p["tile"] for p in params[:4]] == [24, 20, 23, 18]
+    assert [p["fast_accum"] for p in params] == [0] * 4 + [1] * 4
     assert all(SPACE.prune(p, PROBLEM, "e4m3", "rcr") is None for p in params)
     run = _build(tmp_path, params[0], "run")
     assert run.tunehub_can_run(*_dims(8, 4096, 4096, 0, 1)) == 0

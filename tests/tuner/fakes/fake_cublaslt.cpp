@@ -125,8 +125,13 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceCreate(cublasLtMatmulPrefere
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// keeps CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES in the opaque bytes (0: not set)
 cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceSetAttribute(
-    cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t, const void*, size_t) {
+    cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+    size_t size) {
+  if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES && size == sizeof(uint64_t)) {
+    std::memcpy(&pref->data[0], buf, size);
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -136,18 +141,26 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceDestroy(cublasLtMatmulPrefer
 }
 
 // Three picks of id 66: (tile 24, custom 7, cluster 1x2), (tile 23, custom 4, cluster 2x1),
-// (tile 18, split-K 2 with COMPUTE_TYPE reduction, custom 1, cluster 4x1).
+// (tile 18, split-K 2 with COMPUTE_TYPE reduction, custom 1, cluster 4x1). Under a workspace
+// limit of 2 MiB or less: (tile 20, custom 0, cluster 1x1), then tiles 24 and 23 as above.
 cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
     cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int requested,
-    cublasLtMatmulHeuristicResult_t results[], int* count) {
-  const cublasLtMatmulAlgo_t picks[] = {
+    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t pref,
+    int requested, cublasLtMatmulHeuristicResult_t results[], int* count) {
+  const std::vector<cublasLtMatmulAlgo_t> picks = {
       pick(24, 1, CUBLASLT_REDUCTION_SCHEME_NONE, 7, CUBLASLT_CLUSTER_SHAPE_1x2x1),
       pick(23, 1, CUBLASLT_REDUCTION_SCHEME_NONE, 4, CUBLASLT_CLUSTER_SHAPE_2x1x1),
       pick(18, 2, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, 1, CUBLASLT_CLUSTER_SHAPE_4x1x1),
   };
+  const std::vector<cublasLtMatmulAlgo_t> small_workspace_picks = {
+      pick(20, 1, CUBLASLT_REDUCTION_SCHEME_NONE, 0, CUBLASLT_CLUSTER_SHAPE_1x1x1),
+      picks[0],
+      picks[1],
+  };
+  const uint64_t limit = pref->data[0];
+  const bool small = limit != 0 && limit <= (uint64_t{2} << 20);
   *count = 0;
-  for (const cublasLtMatmulAlgo_t& algo : picks) {
+  for (const cublasLtMatmulAlgo_t& algo : small ? small_workspace_picks : picks) {
     if (*count >= requested) break;
     cublasLtMatmulHeuristicResult_t& r = results[(*count)++];
     r = cublasLtMatmulHeuristicResult_t{};
