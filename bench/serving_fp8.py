@@ -18,6 +18,12 @@ interleaved rounds. ``torch._scaled_mm`` takes per-tensor scales; block scaling'
 ``torch._scaled_mm`` with 1x128 / 128x128 scales where this torch accepts them, else none (the
 row says why in ``torch_error``).
 
+Decode rows also time ``copy_w_bytes`` in the same rounds: torch's copy moving as many bytes as
+the weights (bytes(W) / 2 read, as many written) on as many rotated buffers as the kernels' input
+sets. ``of_same_size_copy`` (its time over ours) is the measured limit at the layer's own size:
+the fixed cost of a launch and of filling and draining the memory pipeline, which a 1 GiB copy's
+rate hides, is in both.
+
 Targets (issue 26): speedup >= 1.05x geomean, none below 0.98x; decode (m <= 16) >= 0.85 of the
 streaming limit. Writes the JSON to --out and the table beside it (the same name, ``.md``).
 """
@@ -53,6 +59,8 @@ DECODE_MAX_M = 16
 TARGET_GEOMEAN, TARGET_FLOOR, TARGET_STREAM = 1.05, 0.98, 0.85
 #: the label of the user's call in the rows (bench/regress.py compares against it too)
 SCALED_MM = "torch_scaled_mm"
+#: the label of the same-size copy of decode rows
+WEIGHT_COPY = "copy_w_bytes"
 COMPARE_ROUNDS = 5
 COMPARE_TIMING = {"warmup_s": 0.02, "bench_s": 0.1, "min_samples": 10, "max_samples": 10_000}
 #: the bytes the copy rate of the streaming limit is measured on
@@ -132,16 +140,33 @@ def phase_tune(args: argparse.Namespace, config: EngineConfig, deadline: float) 
     return tune_rows(requests, config, deadline)
 
 
+def weight_copy_timer(torch: Any, harness: Any, req: dict[str, Any], weight_bytes: int) -> Timer:
+    """torch's copy moving ``weight_bytes`` (half read, half written) on as many rotated
+    buffers as the kernels' input sets of ``req`` (so neither runs from L2)."""
+    sets = len(harness.workload_for(req).inputs)
+    half = weight_bytes // 2
+    sources = [torch.full((half,), i + 1, dtype=torch.uint8, device="cuda") for i in range(sets)]
+    targets = [torch.empty_like(src) for src in sources]
+    return launch_timer(
+        harness, lambda i, stream: targets[i].copy_(sources[i]), sets, COMPARE_TIMING
+    )
+
+
 def _torch_timers(torch: Any, harness: Any, req: dict[str, Any], row: dict) -> dict[str, Timer]:
-    """``torch_scaled_mm`` of the row, or none where this torch refuses its scales (the
-    row keeps why)."""
+    """``torch_scaled_mm`` of the row (none where this torch refuses its scales: the row keeps
+    why), and at decode the copy of as many bytes as the weights."""
+    timers: dict[str, Timer] = {}
+    if row["m"] <= DECODE_MAX_M:
+        timers[WEIGHT_COPY] = weight_copy_timer(torch, harness, req, row["n"] * row["k"])
     try:
-        return scaled_mm_timers(
-            torch, harness, req, ScaledGemmProblem(**row["problem"]), COMPARE_TIMING
+        timers.update(
+            scaled_mm_timers(
+                torch, harness, req, ScaledGemmProblem(**row["problem"]), COMPARE_TIMING
+            )
         )
     except (RuntimeError, TypeError, ValueError) as exc:
         row["torch_error"] = f"{type(exc).__name__}: {exc}"[:300]
-        return {}
+    return timers
 
 
 def phase_compare(rows: list[dict[str, Any]], deadline: float) -> None:
@@ -159,9 +184,12 @@ def phase_compare(rows: list[dict[str, Any]], deadline: float) -> None:
     for row in rows:
         row["copy_gbps"] = copy_gbps
         row["stream_limit_us"] = row["n"] * row["k"] / (copy_gbps * 1e3)  # bytes(W) / copy
-        ours = row.get("times_us", {}).get("tunehub")
+        times = row.get("times_us", {})
+        ours = times.get("tunehub")
         if ours:
             row["of_stream_limit"] = row["stream_limit_us"] / ours
+            if WEIGHT_COPY in times:
+                row["of_same_size_copy"] = times[WEIGHT_COPY] / ours
             row["tflops"] = ScaledGemmProblem(**row["problem"]).flops() / ours / 1e6
 
 
@@ -172,15 +200,14 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for scaling in sorted({r["scaling"] for r in rows}):
         mine = [r for r in rows if r["scaling"] == scaling]
         speedups = [r["speedup"][SCALED_MM] for r in mine if SCALED_MM in r.get("speedup", {})]
-        decode = [
-            r["of_stream_limit"]
-            for r in mine
-            if r["m"] <= DECODE_MAX_M and r.get("of_stream_limit")
-        ]
+        decode = [r for r in mine if r["m"] <= DECODE_MAX_M]
+        stream = [r["of_stream_limit"] for r in decode if r.get("of_stream_limit")]
+        same_size = [r["of_same_size_copy"] for r in decode if r.get("of_same_size_copy")]
         out[scaling] = {
             "geomean_speedup": geomean(speedups) if speedups else None,
             "min_speedup": min(speedups) if speedups else None,
-            "decode_min_of_stream_limit": min(decode) if decode else None,
+            "decode_min_of_stream_limit": min(stream) if stream else None,
+            "decode_min_of_same_size_copy": min(same_size) if same_size else None,
             "rows_compared": len(speedups),
             "targets": {
                 "geomean": TARGET_GEOMEAN,
@@ -203,8 +230,8 @@ def write_page(path: Path, payload: dict[str, Any]) -> None:
         "",
         f"`{meta['command']}`; torch {meta.get('torch')}",
         "",
-        f"| scaling | layer | m | n | k | winner | us | {SCALED_MM} us | x | of limit |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| scaling | layer | m | n | k | winner | us | {SCALED_MM} us | x | of limit | of copy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["rows"]:
         times = r.get("times_us", {})
@@ -212,7 +239,7 @@ def write_page(path: Path, payload: dict[str, Any]) -> None:
             f"| {r['scaling']} | {r['layer']} | {r['m']} | {r['n']} | {r['k']} | "
             f"{r.get('winner') or r.get('tune_error', '-')} | {fmt(times.get('tunehub'))} | "
             f"{fmt(times.get(SCALED_MM))} | {fmt(r.get('speedup', {}).get(SCALED_MM), '.3f')} "
-            f"| {fmt(r.get('of_stream_limit'))} |"
+            f"| {fmt(r.get('of_stream_limit'))} | {fmt(r.get('of_same_size_copy'))} |"
         )
     lines += ["", "```", json.dumps(payload["totals"], indent=2), "```"]
     path.write_text("\n".join(lines) + "\n")

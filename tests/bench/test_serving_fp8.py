@@ -4,7 +4,6 @@ parse as bench/precompile_cuda.py reads them, and its summary's figures."""
 
 from __future__ import annotations
 
-import math
 import shlex
 from pathlib import Path
 
@@ -57,14 +56,18 @@ def test_precompile_commands_parse() -> None:
 
 def test_summary_figures() -> None:
     rows = [
-        {"scaling": "block", "m": 1, "speedup": {SCALED_MM: 1.2}, "of_stream_limit": 0.9},
+        {"scaling": "block", "m": 1, "speedup": {SCALED_MM: 1.2}, "of_stream_limit": 0.9,
+         "of_same_size_copy": 1.01},
+        {"scaling": "block", "m": 16, "speedup": {SCALED_MM: 1.0}, "of_stream_limit": 0.95,
+         "of_same_size_copy": 0.97},
         {"scaling": "block", "m": 2048, "speedup": {SCALED_MM: 0.96}, "of_stream_limit": 0.1},
         {"scaling": "block", "m": 8, "torch_error": "RuntimeError: refused"},  # left out
-    ]
+    ]  # fmt: skip
     block = summarize(rows)["block"]
-    assert block["geomean_speedup"] == pytest.approx(math.sqrt(1.2 * 0.96))
-    assert block["min_speedup"] == 0.96 and block["rows_compared"] == 2
+    assert block["geomean_speedup"] == pytest.approx((1.2 * 1.0 * 0.96) ** (1 / 3))
+    assert block["min_speedup"] == 0.96 and block["rows_compared"] == 3
     assert block["decode_min_of_stream_limit"] == 0.9  # m = 2048 is not decode
+    assert block["decode_min_of_same_size_copy"] == 0.97
 
 
 def test_page_has_a_line_per_row(tmp_path: Path) -> None:
@@ -72,7 +75,7 @@ def test_page_has_a_line_per_row(tmp_path: Path) -> None:
         {"scaling": "per_tensor", "layer": "o_proj", "m": 1, "n": 3584, "k": 3584,
          "winner": "scaled_gemm_e4m3_bf16_per_tensor_swapab_m1_w1_wp8_u4",
          "times_us": {"tunehub": 7.5, SCALED_MM: 7.8}, "speedup": {SCALED_MM: 1.04},
-         "of_stream_limit": 0.58},
+         "of_stream_limit": 0.58, "of_same_size_copy": 0.93},
         {"scaling": "block", "layer": "o_proj", "m": 1, "n": 3584, "k": 3584,
          "tune_error": "deadline"},
     ]  # fmt: skip
@@ -81,5 +84,5 @@ def test_page_has_a_line_per_row(tmp_path: Path) -> None:
     write_page(tmp_path / "fp8.md", payload)
     lines = (tmp_path / "fp8.md").read_text().splitlines()
     assert "| per_tensor | o_proj | 1 | 3584 | 3584 | scaled_gemm_e4m3" in lines[6]
-    assert lines[6].endswith("| 7.50 | 7.80 | 1.040 | 0.58 |")
-    assert lines[7] == "| block | o_proj | 1 | 3584 | 3584 | deadline | - | - | - | - |"
+    assert lines[6].endswith("| 7.50 | 7.80 | 1.040 | 0.58 | 0.93 |")
+    assert lines[7] == "| block | o_proj | 1 | 3584 | 3584 | deadline | - | - | - | - | - |"
