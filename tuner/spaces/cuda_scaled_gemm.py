@@ -6,9 +6,9 @@
 
 - ``cublaslt_fp8`` (library ``cublaslt``): cuBLASLt's FP8 algorithms, discovered per shape by a
   build of ``scaled_gemm_cublaslt.cu.j2``: the heuristic asked with 32 MiB of workspace (its
-  first pick is the vendor default) and with 1 MiB (torch's cuBLASLt workspace by default, whose
-  first pick can differ at small m), the two first picks first, then the rest of each list,
-  each algorithm once; named by their attributes as the f16 family is
+  first pick is the vendor default) and with 1 MiB (what ``torch._scaled_mm`` asks with: its
+  cuBLASLt workspace; the ranking can differ), the two first picks first, then the rest of each
+  list, each algorithm once; named by their attributes as the f16 family is
   (:mod:`tuner.spaces.cuda_gemm_cublaslt`), each also with fast accumulation (``fast_accum``
   1: ``CUBLASLT_MATMUL_DESC_FAST_ACCUM``, as ``torch._scaled_mm(use_fast_accum=True)``; the
   default, 0, is what ``torch._scaled_mm`` runs unless asked). Block scaling uses cuBLASLt 13's
