@@ -14,9 +14,12 @@ from bench.serving_fp8 import (
     LAYERS,
     MS,
     SCALED_MM,
+    SCALED_MM_ROTATED,
+    TUNEHUB_FIXED,
     budget_variants,
     list_commands,
     problems,
+    same_buffer_ratios,
     summarize,
     write_page,
 )
@@ -54,18 +57,36 @@ def test_precompile_commands_parse() -> None:
             assert problem.scaling == "block" and problem.m == m
 
 
+def test_same_buffer_ratios_pair_like_with_like() -> None:
+    times = {"tunehub": 8.0, TUNEHUB_FIXED: 7.5, SCALED_MM: 7.8, SCALED_MM_ROTATED: 8.4}
+    assert same_buffer_ratios(times) == {
+        "fixed": pytest.approx(7.8 / 7.5),
+        "rotated": pytest.approx(8.4 / 8.0),
+    }
+    # torch refused out=: only the pair on torch's buffers
+    assert same_buffer_ratios({"tunehub": 8.0, TUNEHUB_FIXED: 7.5, SCALED_MM: 7.8}) == {
+        "fixed": pytest.approx(7.8 / 7.5)
+    }
+
+
 def test_summary_figures() -> None:
     rows = [
         {"scaling": "block", "m": 1, "speedup": {SCALED_MM: 1.2}, "of_stream_limit": 0.9,
-         "of_same_size_copy": 1.01},
+         "of_same_size_copy": 1.01, "same_buffers": {"fixed": 1.1, "rotated": 1.3}},
         {"scaling": "block", "m": 16, "speedup": {SCALED_MM: 1.0}, "of_stream_limit": 0.95,
-         "of_same_size_copy": 0.97},
-        {"scaling": "block", "m": 2048, "speedup": {SCALED_MM: 0.96}, "of_stream_limit": 0.1},
+         "of_same_size_copy": 0.97, "same_buffers": {"fixed": 1.0, "rotated": 1.0}},
+        {"scaling": "block", "m": 2048, "speedup": {SCALED_MM: 0.96}, "of_stream_limit": 0.1,
+         "same_buffers": {"fixed": 0.99}},
         {"scaling": "block", "m": 8, "torch_error": "RuntimeError: refused"},  # left out
     ]  # fmt: skip
     block = summarize(rows)["block"]
-    assert block["geomean_speedup"] == pytest.approx((1.2 * 1.0 * 0.96) ** (1 / 3))
-    assert block["min_speedup"] == 0.96 and block["rows_compared"] == 3
+    # judged on the same buffers, torch's (fixed)
+    assert block["geomean_speedup"] == pytest.approx((1.1 * 1.0 * 0.99) ** (1 / 3))
+    assert block["min_speedup"] == 0.99 and block["rows_compared"] == 3
+    assert block["geomean_speedup_rotated"] == pytest.approx((1.3 * 1.0) ** (1 / 2))
+    assert block["min_speedup_rotated"] == 1.0
+    assert block["geomean_speedup_mixed"] == pytest.approx((1.2 * 1.0 * 0.96) ** (1 / 3))
+    assert block["min_speedup_mixed"] == 0.96
     assert block["decode_min_of_stream_limit"] == 0.9  # m = 2048 is not decode
     assert block["decode_min_of_same_size_copy"] == 0.97
 
@@ -74,7 +95,9 @@ def test_page_has_a_line_per_row(tmp_path: Path) -> None:
     rows = [
         {"scaling": "per_tensor", "layer": "o_proj", "m": 1, "n": 3584, "k": 3584,
          "winner": "scaled_gemm_e4m3_bf16_per_tensor_swapab_m1_w1_wp8_u4",
-         "times_us": {"tunehub": 7.5, SCALED_MM: 7.8}, "speedup": {SCALED_MM: 1.04},
+         "times_us": {"tunehub": 7.5, TUNEHUB_FIXED: 7.25, SCALED_MM: 7.8,
+                      SCALED_MM_ROTATED: 8.0},
+         "speedup": {SCALED_MM: 1.04}, "same_buffers": {"fixed": 1.076, "rotated": 1.067},
          "of_stream_limit": 0.58, "of_same_size_copy": 0.93},
         {"scaling": "block", "layer": "o_proj", "m": 1, "n": 3584, "k": 3584,
          "tune_error": "deadline"},
@@ -83,6 +106,7 @@ def test_page_has_a_line_per_row(tmp_path: Path) -> None:
                "totals": summarize(rows)}  # fmt: skip
     write_page(tmp_path / "fp8.md", payload)
     lines = (tmp_path / "fp8.md").read_text().splitlines()
-    assert "| per_tensor | o_proj | 1 | 3584 | 3584 | scaled_gemm_e4m3" in lines[6]
-    assert lines[6].endswith("| 7.50 | 7.80 | 1.040 | 0.58 | 0.93 |")
-    assert lines[7] == "| block | o_proj | 1 | 3584 | 3584 | deadline | - | - | - | - | - |"
+    assert all(len(line) <= 100 for line in lines[:9])
+    assert "| per_tensor | o_proj | 1 | 3584 | 3584 | scaled_gemm_e4m3" in lines[11]
+    assert lines[11].endswith("| 7.50 | 7.25 | 7.80 | 8.00 | 1.076 | 1.067 | 1.040 | 0.58 | 0.93 |")
+    assert lines[12] == "| block | o_proj | 1 | 3584 | 3584 | deadline |" + " - |" * 9
