@@ -28,7 +28,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.vendor_common import Timer, artifact_timer, interleaved_medians, launch_timer
+from bench.vendor_common import (
+    FIXED_OUT,
+    Timer,
+    artifact_timer,
+    interleaved_medians,
+    launch_timer,
+)
 from tuner.problems import Conv2dProblem
 
 __all__ = ["phase_compare", "compare_row", "TIMING"]
@@ -67,12 +73,11 @@ def _verified(
 def compare_row(torch: Any, harness: Any, row: dict[str, Any], req: dict[str, Any]) -> None:
     """Every label of the module doc for one row, into ``row["times_us"]``."""
     artifacts = {"tunehub": row["artifact"], "cudnn_default": row["vendor_default_artifact"]}
-    fixed_req = {**req, "fixed_output": True}
     timers: dict[str, Timer] = {}
     for label, artifact in artifacts.items():
         if artifact:
             timers[label] = artifact_timer(harness, req, artifact)
-            timers[f"{label}_fixed_out"] = artifact_timer(harness, fixed_req, artifact)
+            timers[label + FIXED_OUT] = artifact_timer(harness, req, artifact, fixed_output=True)
     work = harness.workload_for(req)
     # the same NHWC / KRSC / NPQK storage viewed as channels_last NCHW tensors (no copy)
     sets = [

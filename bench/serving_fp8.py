@@ -53,7 +53,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.serving_common import compare_rows, run, tune_rows  # noqa: E402
-from bench.vendor_common import Timer, artifact_timer, geomean, launch_timer  # noqa: E402
+from bench.vendor_common import (  # noqa: E402
+    FIXED_OUT,
+    Timer,
+    artifact_timer,
+    geomean,
+    launch_timer,
+)
 from tuner.problems import ScaledGemmProblem  # noqa: E402
 from tuner.spaces.cuda_scaled_gemm import head_size  # noqa: E402
 from tuner.types import Budget, EngineConfig, TuneRequest  # noqa: E402
@@ -75,7 +81,7 @@ SCALED_MM = "torch_scaled_mm"
 #: torch._scaled_mm writing into the harness's output of each input set (tunehub's buffers)
 SCALED_MM_ROTATED = "torch_scaled_mm_out_rotated"
 #: tunehub's winner writing output set 0 on every launch (torch's buffers)
-TUNEHUB_FIXED = "tunehub_fixed_out"
+TUNEHUB_FIXED = "tunehub" + FIXED_OUT
 #: the label of the same-size copy of decode rows
 WEIGHT_COPY = "copy_w_bytes"
 COMPARE_ROUNDS = 5
@@ -154,8 +160,7 @@ def same_buffer_timers(
     """The row's two calls on the same buffers: ``tunehub_fixed_out`` (torch's: one output
     for every launch) and ``torch_scaled_mm_out_rotated`` (tunehub's: the output of each
     input set). A torch that refuses ``out=`` leaves its label out and says why in the row."""
-    fixed_req = {**req, "fixed_output": True}
-    timers = {TUNEHUB_FIXED: artifact_timer(harness, fixed_req, row["artifact"])}
+    timers = {TUNEHUB_FIXED: artifact_timer(harness, req, row["artifact"], fixed_output=True)}
     work = harness.workload_for(req)
     try:
         call = _scaled_mm_launcher(torch, work, ScaledGemmProblem(**row["problem"]), True)

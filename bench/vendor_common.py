@@ -77,11 +77,20 @@ def interleaved_rounds(
     return medians
 
 
-def artifact_timer(harness: Any, req: dict[str, Any], artifact: str) -> Timer:
-    """A built variant run through the harness with ``req`` (its log is the error)."""
+#: the label suffix of a built variant timed with ``fixed_output`` (bench/conv_compare.py,
+#: bench/serving_fp8.py: the buffers of a caller that drops its result)
+FIXED_OUT = "_fixed_out"
+
+
+def artifact_timer(
+    harness: Any, req: dict[str, Any], artifact: str, fixed_output: bool = False
+) -> Timer:
+    """A built variant run through the harness with ``req`` (its log is the error); with
+    ``fixed_output`` every launch writes output set 0 (the one buffer torch's caching allocator
+    gives a call whose result is dropped) instead of each input set's own output."""
 
     def run() -> list[float]:
-        answer = harness.run({**req, "artifact": artifact})
+        answer = harness.run({**req, "artifact": artifact, "fixed_output": fixed_output})
         if not answer.get("samples_us"):
             raise RuntimeError(str(answer.get("log", ""))[-300:])
         return list(answer["samples_us"])
