@@ -158,6 +158,33 @@ def test_discovered_cublaslt_fp8_algorithms_verify(backend: CudaBackend, scaling
     _verified(backend, params, problem)
 
 
+@pytest.mark.parametrize(
+    "problem",
+    [ScaledGemmProblem(8, 3584, 18944, "bf16", "per_tensor"),
+     ScaledGemmProblem(2048, 4608, 3584, "bf16", "block")],
+    ids=lambda p: p.key(),
+)  # fmt: skip
+def test_enumerated_cublaslt_fp8_algorithms_verify(
+    backend: CudaBackend, problem: ScaledGemmProblem
+) -> None:
+    """FP8 algorithms beyond the heuristic (as the f16 discovery's: the picks' knobs varied,
+    every FP8 algorithm id's grid) follow the heuristic's in the answer, each passed by
+    cublasLtMatmulAlgoCheck for these scales, and compute the reference: the best ranked two,
+    a split-K one where there is one."""
+    found = backend.discover(_request(problem), backend.device().arch)
+    sources = [item["source"] for item in backend.last_discovery]
+    picks = sources.count("heuristic")
+    assert picks >= 1 and sources == ["heuristic"] * picks + ["enumerated"] * (len(sources) - picks)
+    heuristic = {tuple(item[k] for k in lt.ATTRIBUTES) for item in backend.last_discovery[:picks]}
+    extras = [p for p in found if p["fast_accum"] == 0
+              and tuple(p[k] for k in lt.ATTRIBUTES) not in heuristic]  # fmt: skip
+    assert extras, "the enumeration added no FP8 algorithm"
+    sample = extras[:2] + [p for p in extras[2:] if p["splitk"] > 1][:1]
+    for params in sample:
+        _verified(backend, {k: v for k, v in params.items() if k not in ("out_dtype", "scaling")},
+                  problem)  # fmt: skip
+
+
 def _run_direct(artifact: str, problem: ScaledGemmProblem, inputs: list) -> object:
     import torch
 

@@ -3,9 +3,10 @@ rendered for sm_90, linked against the stand-in libcublasLt of test_cublaslt_dis
 (``fakes/fake_cublaslt.cpp``: heuristic picks of algorithm 66 with tiles 24, 23, 18, and 20, 24,
 23 under a workspace limit of 2 MiB or less; AlgoCheck refuses split-K 8 and accepts 66
 otherwise), and called through ctypes as the harness calls them: the answer merges the rankings
-at 32 MiB and at 1 MiB (each first pick, then the rest, distinct) and becomes the space's params,
-vendor default first, and a run build of the first one plans for a shape and refuses the other
-output dtype and scaling."""
+at 32 MiB and at 1 MiB (each first pick, then the rest, distinct), then lists the configurations
+enumerated beyond them as the f16 discovery does (tests/tuner/test_cublaslt_discovery_fake.py
+covers that enumeration itself), and becomes the space's params, vendor default first; a run
+build of the first one plans for a shape and refuses the other output dtype and scaling."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 from tests.tuner.cuda_helpers import require_toolchain
 from tuner.problems import ScaledGemmProblem
 from tuner.render import render_variant
+from tuner.spaces import cuda_gemm_cublaslt as lt
 from tuner.spaces._vendor_discovery import Discovery
 from tuner.spaces.cuda_scaled_gemm import CudaScaledGemmSpace
 from tuner.vendor_paths import cublas_paths
@@ -70,15 +72,24 @@ def test_discovery_answer_becomes_params_and_a_run_build_plans(tmp_path: Path) -
     buf = ctypes.create_string_buffer(1 << 16)
     dims, n = _dims(PROBLEM.m, PROBLEM.n, PROBLEM.k)
     count = fn(dims, n, 16, buf, len(buf))
-    assert count == 4
     found = json.loads(buf.value.decode())
-    assert [item["tile"] for item in found] == [24, 20, 23, 18]
-    assert [item["workspace_limit"] >> 20 for item in found] == [32, 1, 32, 32]
-    assert all(item["source"] == "heuristic" and item["algo"] == 66 for item in found)
+    assert count == len(found) > 4
+    picks, extras = found[:4], found[4:]
+    assert [item["tile"] for item in picks] == [24, 20, 23, 18]
+    assert [item["workspace_limit"] >> 20 for item in picks] == [32, 1, 32, 32]
+    assert all(item["source"] == "heuristic" and item["algo"] == 66 for item in picks)
+    assert all(item["source"] == "enumerated" for item in extras)
+    keys = {tuple(item[key] for key in lt.ATTRIBUTES) for item in found}
+    assert len(keys) == len(found), "an enumerated config repeats one already found"
+    # around the vendor default: split-K 2 and 4 (8 is refused), the swizzle flipped
+    around = {(e["splitk"], e["swizzle"]) for e in extras if (e["tile"], e["custom"]) == (24, 7)}
+    assert {(2, 0), (4, 0), (1, 1)} <= around and not any(e["splitk"] == 8 for e in extras)
     assert fn(dims, n, 16, ctypes.create_string_buffer(64), 64) == -1000  # does not fit
     params = SPACE.from_discovery(found, Discovery(discovery.params, "cublas", 16))
+    tried = len(params) // 2
+    assert tried == 4 + lt.EXTRA_ALGOS
     assert [p["tile"] for p in params[:4]] == [24, 20, 23, 18]
-    assert [p["fast_accum"] for p in params] == [0] * 4 + [1] * 4
+    assert [p["fast_accum"] for p in params] == [0] * tried + [1] * tried
     assert all(SPACE.prune(p, PROBLEM, "e4m3", "rcr") is None for p in params)
     run = _build(tmp_path, params[0], "run")
     assert run.tunehub_can_run(*_dims(8, 4096, 4096, 0, 1)) == 0

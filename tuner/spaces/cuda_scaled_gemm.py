@@ -8,7 +8,9 @@
   build of ``scaled_gemm_cublaslt.cu.j2``: the heuristic asked with 32 MiB of workspace (its
   first pick is the vendor default) and with 1 MiB (what ``torch._scaled_mm`` asks with: its
   cuBLASLt workspace; the ranking can differ), the two first picks first, then the rest of each
-  list, each algorithm once; named by their attributes as the f16 family is
+  list, each algorithm once, then at most ``EXTRA_ALGOS`` of the FP8 configurations enumerated
+  beyond them as for the f16 family (``_cublaslt_discovery.cuh``, ranked by
+  :mod:`tuner.spaces._cublaslt_extras`); named by their attributes as the f16 family is
   (:mod:`tuner.spaces.cuda_gemm_cublaslt`), each also with fast accumulation (``fast_accum``
   1: ``CUBLASLT_MATMUL_DESC_FAST_ACCUM``, as ``torch._scaled_mm(use_fast_accum=True)``; the
   default, 0, is what ``torch._scaled_mm`` runs unless asked). Block scaling uses cuBLASLt 13's
