@@ -18,6 +18,8 @@ from typing import Any
 
 from bench.vendor_common import Timer, artifact_timer, interleaved_medians, summary
 from tuner.engine import tune
+from tuner.spaces import cuda_gemm_cublaslt as lt
+from tuner.spaces._cublaslt_extras import SOURCE_HEURISTIC
 from tuner.types import EngineConfig, TuneRequest
 
 __all__ = ["engine_config", "compare_rows", "run", "tune_rows"]
@@ -35,6 +37,34 @@ def engine_config(cache_dir: str) -> EngineConfig:
         compile_timeout_s=240,
         run_timeout_s=60,
     )
+
+
+def _lt_key(params: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(params.get(key) for key in lt.ATTRIBUTES)
+
+
+def discovery_sources(answer: list[dict[str, Any]]) -> dict[tuple[Any, ...], str]:
+    """The cuBLASLt discovery's answer as {attributes: source} (``heuristic`` or
+    ``enumerated``), the first source of each algorithm."""
+    sources: dict[tuple[Any, ...], str] = {}
+    for item in answer:
+        sources.setdefault(_lt_key(item), item.get("source", SOURCE_HEURISTIC))
+    return sources
+
+
+def candidate_rows(results: Iterable[Any], answer: list[dict[str, Any]]) -> list[Row]:
+    """Each candidate's summary; a cuBLASLt one also names where discovery found it."""
+    sources = discovery_sources(answer)
+    rows = []
+    for result in results:
+        row = summary(result)
+        source = (
+            sources.get(_lt_key(result.params)) if result.params.get("algo") is not None else None
+        )
+        if source:
+            row["source"] = source
+        rows.append(row)
+    return rows
 
 
 def tune_rows(
@@ -71,8 +101,11 @@ def tune_rows(
                 winner_library=win.params.get("library") if win else None,
                 winner_us=win.timing.median_us if win and win.timing else None,
                 artifact=str(hit.artifact) if hit and hit.artifact else None,
-                candidates=[summary(r) for r in result.results],
+                candidates=candidate_rows(result.results, backend.last_discovery),
             )
+            if backend.last_discovery:
+                found = list(discovery_sources(backend.last_discovery).values())
+                row["discovery"] = {s: found.count(s) for s in sorted(set(found))}
             print(f"[tune] {label}: {row['winner']} {row['winner_us']} us", flush=True)
     finally:
         backend.close()

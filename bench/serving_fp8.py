@@ -257,6 +257,15 @@ def phase_compare(rows: list[dict[str, Any]], deadline: float) -> None:
             row["tflops"] = ScaledGemmProblem(**row["problem"]).flops() / ours / 1e6
 
 
+def winner_source(row: dict[str, Any]) -> str | None:
+    """Where cuBLASLt discovery found the row's winner (``heuristic`` or ``enumerated``), or
+    None when the winner is not one of cuBLASLt's algorithms."""
+    for candidate in row.get("candidates", []):
+        if candidate["name"] == row.get("winner"):
+            return candidate.get("source")
+    return None
+
+
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per scaling: the geomean and lowest speedup over ``torch._scaled_mm`` on the same
     buffers (``fixed``, judged; ``rotated``) and mixed (``speedup``, as pages before
@@ -282,6 +291,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "decode_min_of_stream_limit": min(stream) if stream else None,
             "decode_min_of_same_size_copy": min(same_size) if same_size else None,
             "rows_compared": len(fixed),
+            "enumerated_tried": sum(
+                c.get("source") == "enumerated" for r in mine for c in r.get("candidates", [])
+            ),
+            "enumerated_winners": sum(winner_source(r) == "enumerated" for r in mine),
             "targets": {
                 "geomean": TARGET_GEOMEAN,
                 "floor": TARGET_FLOOR,
@@ -306,7 +319,8 @@ def write_page(path: Path, payload: dict[str, Any]) -> None:
         "Microseconds; `rot`: each input set's own output (tunehub's harness), `fixed`: one",
         "output for every launch (what torch's allocator gives torch._scaled_mm). `x fixed` =",
         "torch fixed / tunehub fixed (the figure judged), `x rot` = torch out= rot / tunehub",
-        "rot, `x mixed` = torch fixed / tunehub rot (pages before 2026-12-07).",
+        "rot, `x mixed` = torch fixed / tunehub rot (pages before 2026-12-07). A winner",
+        "marked (enumerated) is a cuBLASLt algorithm found beyond the heuristic's list.",
         "",
         "| scaling | layer | m | n | k | winner | tunehub rot | tunehub fixed | torch fixed "
         "| torch rot | x fixed | x rot | x mixed | of limit | of copy |",
@@ -315,9 +329,12 @@ def write_page(path: Path, payload: dict[str, Any]) -> None:
     for r in payload["rows"]:
         times = r.get("times_us", {})
         same = r.get("same_buffers", {})
+        winner = r.get("winner") or r.get("tune_error", "-")
+        if winner_source(r) == "enumerated":
+            winner += " (enumerated)"
         lines.append(
             f"| {r['scaling']} | {r['layer']} | {r['m']} | {r['n']} | {r['k']} | "
-            f"{r.get('winner') or r.get('tune_error', '-')} | {fmt(times.get('tunehub'))} | "
+            f"{winner} | {fmt(times.get('tunehub'))} | "
             f"{fmt(times.get(TUNEHUB_FIXED))} | {fmt(times.get(SCALED_MM))} | "
             f"{fmt(times.get(SCALED_MM_ROTATED))} | {fmt(same.get('fixed'), '.3f')} | "
             f"{fmt(same.get('rotated'), '.3f')} | "

@@ -21,6 +21,7 @@ from bench.serving_fp8 import (
     problems,
     same_buffer_ratios,
     summarize,
+    winner_source,
     write_page,
 )
 from tuner.problems import ScaledGemmProblem, problem_from_dict
@@ -91,6 +92,25 @@ def test_summary_figures() -> None:
     assert block["decode_min_of_same_size_copy"] == 0.97
 
 
+def test_enumerated_winners_are_counted_and_marked(tmp_path: Path) -> None:
+    lt_name = "scaled_gemm_e4m3_bf16_per_tensor_lt_a66_t13_s36_k2_r2_w0_c1_i0_cl4"
+    rows = [
+        {"scaling": "per_tensor", "layer": "down_proj", "m": 8, "n": 3584, "k": 18944,
+         "winner": lt_name,
+         "candidates": [{"name": "default", "source": "heuristic"},
+                        {"name": lt_name, "source": "enumerated"},
+                        {"name": "swapab"}]},
+        {"scaling": "per_tensor", "layer": "o_proj", "m": 8, "n": 3584, "k": 3584,
+         "winner": "swapab", "candidates": [{"name": "swapab"}]},
+    ]  # fmt: skip
+    assert [winner_source(r) for r in rows] == ["enumerated", None]
+    totals = summarize(rows)["per_tensor"]
+    assert totals["enumerated_tried"] == 1 and totals["enumerated_winners"] == 1
+    write_page(tmp_path / "fp8.md", {"meta": {"command": "c"}, "rows": rows, "totals": {}})
+    table = [line for line in (tmp_path / "fp8.md").read_text().splitlines() if "_proj" in line]
+    assert f"| {lt_name} (enumerated) |" in table[0] and "(enumerated)" not in table[1]
+
+
 def test_page_has_a_line_per_row(tmp_path: Path) -> None:
     rows = [
         {"scaling": "per_tensor", "layer": "o_proj", "m": 1, "n": 3584, "k": 3584,
@@ -106,7 +126,7 @@ def test_page_has_a_line_per_row(tmp_path: Path) -> None:
                "totals": summarize(rows)}  # fmt: skip
     write_page(tmp_path / "fp8.md", payload)
     lines = (tmp_path / "fp8.md").read_text().splitlines()
-    assert all(len(line) <= 100 for line in lines[:9])
-    assert "| per_tensor | o_proj | 1 | 3584 | 3584 | scaled_gemm_e4m3" in lines[11]
-    assert lines[11].endswith("| 7.50 | 7.25 | 7.80 | 8.00 | 1.076 | 1.067 | 1.040 | 0.58 | 0.93 |")
-    assert lines[12] == "| block | o_proj | 1 | 3584 | 3584 | deadline |" + " - |" * 9
+    assert all(len(line) <= 100 for line in lines[:10])
+    assert "| per_tensor | o_proj | 1 | 3584 | 3584 | scaled_gemm_e4m3" in lines[12]
+    assert lines[12].endswith("| 7.50 | 7.25 | 7.80 | 8.00 | 1.076 | 1.067 | 1.040 | 0.58 | 0.93 |")
+    assert lines[13] == "| block | o_proj | 1 | 3584 | 3584 | deadline |" + " - |" * 9
