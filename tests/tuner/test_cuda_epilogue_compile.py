@@ -52,9 +52,9 @@ PLAIN_SOURCES = [
                         "unroll": 4}, "c8bf22148292f41a"),
 ]  # fmt: skip
 #: the cuBLASLt algorithm LT_ALGO (bf16) and the discovery build (f16), likewise (the discovery
-#: build's digest is of 2026-12-07: its enumeration moved into _cublaslt_discovery.cuh, shared
+#: build's digest is of 2026-12-07: its enumeration moved into cublaslt_discovery.cuh, shared
 #: with FP8, and its answer items gained workspace_limit)
-LT_SOURCE, DISCOVERY_SOURCE = "6cb23b73b0fc996d", "be7320af49de5ebd"
+LT_SOURCE, DISCOVERY_SOURCE = "6cb23b73b0fc996d", "1d9da53fdfbb64dc"
 
 
 def test_plain_variants_render_what_they_rendered_before() -> None:

@@ -9,7 +9,7 @@
   first pick is the vendor default) and with 1 MiB (what ``torch._scaled_mm`` asks with: its
   cuBLASLt workspace; the ranking can differ), the two first picks first, then the rest of each
   list, each algorithm once, then at most ``EXTRA_ALGOS`` of the FP8 configurations enumerated
-  beyond them as for the f16 family (``_cublaslt_discovery.cuh``, ranked by
+  beyond them as for the f16 family (``cublaslt_discovery.cuh``, ranked by
   :mod:`tuner.spaces._cublaslt_extras`); named by their attributes as the f16 family is
   (:mod:`tuner.spaces.cuda_gemm_cublaslt`), each also with fast accumulation (``fast_accum``
   1: ``CUBLASLT_MATMUL_DESC_FAST_ACCUM``, as ``torch._scaled_mm(use_fast_accum=True)``; the

@@ -8,6 +8,9 @@
 //   kTypeA, kTypeB, kTypeC, kTypeD   the problem's types as cublasLtMatmulAlgoGetIds and
 //                            cublasLtMatmulAlgoInit take them (compute CUBLAS_COMPUTE_32F,
 //                            scale CUDA_R_32F).
+// Its name has no leading "_" on purpose: tuner.render hashes every "_*" file of the folder
+// into every CUDA variant's id; the two cuBLASLt templates cover it through their rendered
+// source (a Jinja include), and the other ops keep their ids.
 // It gives: Config (an algorithm's attributes), pick_of (a heuristic result as a Found),
 // Enumerator with vary and enumerate_ids (configurations beyond the picks that
 // cublasLtMatmulAlgoCheck accepts), append_item (one JSON answer item) and write_answer
