@@ -38,7 +38,10 @@ def template_environment(root: str = str(TEMPLATES_DIR)) -> jinja2.Environment:
 
 
 def template_version(template: str, root: str = str(TEMPLATES_DIR)) -> str:
-    """Short hash of a template and the files it includes from its folder (``_*.j2``)."""
+    """Short hash of a template and every ``_*`` file of its folder (the headers all its
+    templates share). A header only some templates include is named without the ``_``
+    (``grouped_gemm_dims.cuh``, ``cublaslt_discovery.cuh``): a Jinja include puts it in those
+    variants' rendered source, hence their ids, and leaves the other ops' ids alone."""
     path = Path(root) / template
     digest = hashlib.sha256(path.read_bytes())
     for helper in sorted(path.parent.glob("_*")):
